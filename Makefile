@@ -1,0 +1,39 @@
+# Two commands on a fresh machine:  make run  (set up and serve)  and  make test  (the whole suite).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test setup migrate seed demo-key serve ci bench clean
+
+$(STAMP): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+migrate: setup
+	$(PY) manage.py migrate --noinput
+
+seed: migrate
+	$(PY) manage.py seed_models
+
+demo-key: seed
+	@echo "Demo key (tier free, 1000 credits); it is shown only now:"
+	@$(PY) manage.py issue_key --tier free --credits 1000 --name "demo (make run)" | tail -n 1
+
+serve: setup
+	$(VENV)/bin/gunicorn -c python:gateway.gunicorn_conf gateway.wsgi
+
+run: demo-key serve
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+ci:
+	bash .ci/run
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,17 @@
+"""Root URLs: each app owns its paths; errors outside DRF views are JSON too."""
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("", include("gateway.operation_urls")),
+    path("", include("keys.urls")),
+    path("", include("models_catalog.urls")),
+    path("", include("community.urls")),
+    path("", include("utils_app.urls")),
+]
+
+handler400 = "utils_app.errors.handler400"
+handler403 = "utils_app.errors.handler403"
+handler404 = "utils_app.errors.handler404"
+handler500 = "utils_app.errors.handler500"

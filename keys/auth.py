@@ -1,0 +1,55 @@
+"""Bearer-key authentication for DRF views."""
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.permissions import BasePermission
+
+from keys.models import SECRET_PREFIX, ApiKey, digest_secret
+from utils_app.errors import AuthenticationError
+
+
+def _bearer_secret(request) -> str | None:
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    if not header:
+        return None
+    scheme, _, secret = header.partition(" ")
+    secret = secret.strip()
+    if scheme.lower() != "bearer" or not secret or " " in secret:
+        raise AuthenticationError("Malformed Authorization header: expected 'Bearer <key>'.",
+                                  code="missing_api_key")
+    return secret
+
+
+class BearerKeyAuthentication(BaseAuthentication):
+    """Looks the key up by the SHA-256 digest of the secret: one indexed query."""
+
+    def authenticate(self, request):
+        secret = _bearer_secret(request)
+        if secret is None:
+            return None
+        if not secret.startswith(SECRET_PREFIX) or len(secret) > 200:
+            raise AuthenticationError("Invalid API key.", code="invalid_api_key")
+        try:
+            key = ApiKey.objects.get(digest=digest_secret(secret))
+        except ApiKey.DoesNotExist:
+            raise AuthenticationError("Invalid API key.", code="invalid_api_key") from None
+        if not key.is_active:
+            raise AuthenticationError("This API key has been revoked.", code="invalid_api_key")
+        return key, None
+
+    def authenticate_header(self, request):
+        return 'Bearer realm="api"'
+
+
+class HasApiKey(BasePermission):
+    def has_permission(self, request, view):
+        if request.user is None:
+            raise AuthenticationError("Missing API key: send 'Authorization: Bearer <key>'.",
+                                      code="missing_api_key")
+        return True
+
+
+class IsAdminKey(HasApiKey):
+    def has_permission(self, request, view):
+        super().has_permission(request, view)
+        if not request.user.is_admin:
+            raise AuthenticationError("This operation needs an admin key.", code="admin_required")
+        return True

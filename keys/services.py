@@ -1,0 +1,64 @@
+"""Workflows on keys shared by the admin API, the staff UI and the management commands."""
+from django.db import transaction
+
+from keys.models import OWNER_FIELDS, RPH_RANGE, RPM_RANGE, TIERS, ApiKey, AuditLog, generate_secret
+from utils_app.errors import InvalidRequest
+
+
+def check_config(*, tier: str, credits: int, max_credits: int, rpm: int, rph: int, prefix: str = "") -> None:
+    """The rules every key configuration must satisfy; ``prefix`` leads the error's param path."""
+    def fail(field, message):
+        raise InvalidRequest(message, code="invalid_value", param=f"{prefix}{field}")
+
+    if tier not in TIERS:
+        fail("tier", f"tier must be one of: {', '.join(TIERS)}.")
+    if credits < 0:
+        fail("credits", "credits must be 0 or more.")
+    if max_credits < 0:
+        fail("maxCredits", "maxCredits must be 0 or more.")
+    if not RPM_RANGE[0] <= rpm <= RPM_RANGE[1]:
+        fail("rpm", f"rpm must be between {RPM_RANGE[0]} and {RPM_RANGE[1]}.")
+    if not RPH_RANGE[0] <= rph <= RPH_RANGE[1]:
+        fail("rph", f"rph must be between {RPH_RANGE[0]} and {RPH_RANGE[1]}.")
+    if credits > max_credits:
+        fail("credits", f"credits ({credits}) may not exceed maxCredits ({max_credits}).")
+
+
+def audit(*, actor: str, action: str, key: ApiKey | None, before: dict | None, after: dict | None) -> AuditLog:
+    return AuditLog.objects.create(actor=actor, action=action, key=key, key_prefix=key.prefix if key else "",
+                                   before=before, after=after)
+
+
+def key_snapshot(key: ApiKey) -> dict:
+    """What the audit log keeps of a key: its configuration and flags, never the secret."""
+    return {**key.config(), "is_admin": key.is_admin, "is_active": key.is_active, "name": key.name}
+
+
+def issue_key(*, actor: str, tier: str = "free", credits: int = 0, max_credits: int | None = None,
+              rpm: int = 60, rph: int = 1000, owner: dict | None = None, is_admin: bool = False,
+              name: str = "") -> tuple[ApiKey, str]:
+    """Create a key and return it with its secret, the only time the secret exists."""
+    if max_credits is None:
+        max_credits = credits
+    check_config(tier=tier, credits=credits, max_credits=max_credits, rpm=rpm, rph=rph)
+    secret = generate_secret()
+    key = ApiKey(tier=tier, credits=credits, max_credits=max_credits, rpm=rpm, rph=rph,
+                 is_admin=is_admin, name=name)
+    for member, value in (owner or {}).items():
+        setattr(key, OWNER_FIELDS[member], value or "")
+    key.set_secret(secret)
+    with transaction.atomic():
+        key.save()
+        audit(actor=actor, action="create_key", key=key, before=None, after=key_snapshot(key))
+    return key, secret
+
+
+def refill_all(*, actor: str) -> int:
+    """Set every active key's credits to its maxCredits; returns how many keys changed."""
+    from django.db.models import F
+
+    with transaction.atomic():
+        changed = ApiKey.objects.active().exclude(credits=F("max_credits")).update(credits=F("max_credits"))
+        AuditLog.objects.create(actor=actor, action="refill_all", key=None, before=None,
+                                after={"keys_refilled": changed})
+    return changed

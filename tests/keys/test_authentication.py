@@ -1,0 +1,63 @@
+import pytest
+
+from keys.models import ApiKey
+from tests.conftest import bearer
+
+pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.probe_urls")]
+
+
+def assert_error(response, status, code, type_="authentication_error"):
+    assert response.status_code == status, response.content
+    error = response.json()["error"]
+    assert error["code"] == code
+    assert error["type"] == type_
+    assert set(error) == {"message", "type", "param", "code"}
+
+
+def test_a_valid_key_is_accepted(client, free_key):
+    key, secret = free_key
+    response = client.get("/probe/key", **bearer(secret))
+    assert response.status_code == 200
+    assert response.json() == {"prefix": key.prefix}
+
+
+def test_a_missing_header_is_missing_api_key(client):
+    response = client.get("/probe/key")
+    assert_error(response, 401, "missing_api_key")
+    assert response["WWW-Authenticate"].startswith("Bearer")
+
+
+@pytest.mark.parametrize("header", ["Basic abc", "Bearer", "Bearer ", "sk-abc", "Bearer a b"])
+def test_a_malformed_header_is_missing_api_key(client, header):
+    assert_error(client.get("/probe/key", HTTP_AUTHORIZATION=header), 401, "missing_api_key")
+
+
+@pytest.mark.parametrize("secret", ["sk-unknown-key-000000000000000000000000", "not-a-key", "sk-" + "x" * 300])
+def test_an_unknown_key_is_invalid_api_key(client, free_key, secret):
+    assert_error(client.get("/probe/key", **bearer(secret)), 401, "invalid_api_key")
+
+
+def test_a_revoked_key_is_invalid_api_key(client, free_key):
+    key, secret = free_key
+    ApiKey.objects.filter(pk=key.pk).update(is_active=False)
+    assert_error(client.get("/probe/key", **bearer(secret)), 401, "invalid_api_key")
+
+
+def test_the_lookup_is_one_query(client, free_key, django_assert_num_queries):
+    _, secret = free_key
+    with django_assert_num_queries(1):
+        assert client.get("/probe/key", **bearer(secret)).status_code == 200
+
+
+def test_an_ordinary_key_is_refused_on_admin_operations(client, free_key):
+    _, secret = free_key
+    assert_error(client.get("/probe/admin", **bearer(secret)), 401, "admin_required")
+
+
+def test_an_admin_key_passes_admin_operations(client, admin_key):
+    _, secret = admin_key
+    assert client.get("/probe/admin", **bearer(secret)).status_code == 200
+
+
+def test_admin_operations_without_a_key_are_missing_api_key(client):
+    assert_error(client.get("/probe/admin"), 401, "missing_api_key")

@@ -1,0 +1,76 @@
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from utils_app import env
+
+
+def test_database_url_unset_is_sqlite_in_the_data_dir(tmp_path):
+    config = env.database_from_url("", data_dir=tmp_path)
+    assert config["ENGINE"].endswith("sqlite3")
+    assert config["NAME"] == str(tmp_path / "gateway.sqlite3")
+
+
+def test_database_url_postgres_is_parsed():
+    config = env.database_from_url("postgres://ann:p%40ss@db.internal:6543/gw?sslmode=require", data_dir=None)
+    assert config["ENGINE"] == "django.db.backends.postgresql"
+    assert (config["USER"], config["PASSWORD"], config["HOST"], config["PORT"], config["NAME"]) == (
+        "ann", "p@ss", "db.internal", "6543", "gw")
+    assert config["OPTIONS"] == {"sslmode": "require"}
+
+
+@pytest.mark.parametrize("url", ["mysql://x/y", "postgres://host", "postgres://h:notaport/db", "sqlite://"])
+def test_a_bad_database_url_names_the_variable(url):
+    with pytest.raises(ImproperlyConfigured, match="DATABASE_URL"):
+        env.database_from_url(url, data_dir=None)
+
+
+def test_redis_url_selects_the_redis_cache():
+    assert env.cache_from_url("")["BACKEND"].endswith("LocMemCache")
+    assert env.cache_from_url("redis://127.0.0.1:6379/2")["BACKEND"].endswith("RedisCache")
+    with pytest.raises(ImproperlyConfigured, match="REDIS_URL"):
+        env.cache_from_url("http://127.0.0.1:6379")
+
+
+@pytest.mark.parametrize("value, expected", [("1", True), ("true", True), ("0", False), ("off", False)])
+def test_booleans(monkeypatch, value, expected):
+    monkeypatch.setenv("DEBUG", value)
+    assert env.env_bool("DEBUG") is expected
+
+
+@pytest.mark.parametrize("reader, value", [
+    (lambda: env.env_bool("X"), "maybe"),
+    (lambda: env.env_int("X", 1), "ten"),
+    (lambda: env.env_int("X", 1, minimum=5), "2"),
+    (lambda: env.env_rate("X", "60/m"), "sixty"),
+    (lambda: env.env_rate("X", "60/m"), "0/m"),
+    (lambda: env.env_url("X", "https://a"), "ftp://a"),
+])
+def test_bad_values_fail_naming_the_variable(monkeypatch, reader, value):
+    monkeypatch.setenv("X", value)
+    with pytest.raises(ImproperlyConfigured, match="X"):
+        reader()
+
+
+def test_settings_fail_at_start_on_a_bad_value(tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", "import django; django.setup()"],
+                            env={"DJANGO_SETTINGS_MODULE": "gateway.settings", "PUBLIC_RATE_LIMIT": "lots",
+                                 "GATEWAY_DATA_DIR": str(tmp_path), "PATH": ""},
+                            capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "PUBLIC_RATE_LIMIT" in result.stderr
+
+
+def test_the_secret_key_is_generated_once_and_kept(tmp_path):
+    import subprocess
+    import sys
+
+    code = "from django.conf import settings; print(settings.SECRET_KEY)"
+    run = lambda: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,  # noqa: E731
+                                 env={"DJANGO_SETTINGS_MODULE": "gateway.settings",
+                                      "GATEWAY_DATA_DIR": str(tmp_path)}).stdout.strip()
+    first = run()
+    assert len(first) >= 40 and first == run()
+    assert (tmp_path / "secret_key").read_text().strip() == first

@@ -1,0 +1,147 @@
+"""Typed readers for environment variables.
+
+Every reader fails loudly with ImproperlyConfigured naming the variable, so a
+typo in a deployment stops the service at start instead of surfacing later as a
+strange 500.
+"""
+import os
+import re
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+RATE_RE = re.compile(r"^(\d+)/(\d*)([smhd])$")
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default).strip()
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), got {raw!r}")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from None
+    if minimum is not None and value < minimum or maximum is not None and value > maximum:
+        raise ImproperlyConfigured(f"{name} must be between {minimum} and {maximum}, got {value}")
+    return value
+
+
+def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def env_rate(name: str, default: str) -> str:
+    """A django-ratelimit rate such as ``60/m`` or ``1000/h``."""
+    value = env_str(name, default)
+    if not RATE_RE.match(value) or int(value.split("/")[0]) < 1:
+        raise ImproperlyConfigured(f"{name} must look like 60/m (count/s, m, h or d), got {value!r}")
+    return value
+
+
+def env_url(name: str, default: str) -> str:
+    value = env_str(name, default).rstrip("/")
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ImproperlyConfigured(f"{name} must be an http(s) URL, got {value!r}")
+    return value
+
+
+def env_list(name: str, default: str) -> list[str]:
+    return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
+
+
+def database_from_url(url: str, *, data_dir: Path) -> dict:
+    """Django DATABASES['default'] from DATABASE_URL (empty = SQLite in the data dir)."""
+    if not url:
+        return _sqlite(data_dir / "gateway.sqlite3")
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        path = unquote(parts.path)
+        if not path or path == "/":
+            raise ImproperlyConfigured("DATABASE_URL sqlite:/// needs a file path")
+        return _sqlite(Path(path))
+    if parts.scheme in ("postgres", "postgresql", "pgsql"):
+        name = unquote(parts.path.lstrip("/"))
+        if not name:
+            raise ImproperlyConfigured("DATABASE_URL must name a database, e.g. postgres://user@host:5432/db")
+        try:
+            port = parts.port
+        except ValueError:
+            raise ImproperlyConfigured(f"DATABASE_URL has a bad port: {url!r}") from None
+        options = dict(parse_qsl(parts.query))
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": name,
+            "USER": unquote(parts.username or ""),
+            "PASSWORD": unquote(parts.password or ""),
+            "HOST": parts.hostname or "",
+            "PORT": str(port or ""),
+            # Keep connections across requests: a new PostgreSQL connection costs
+            # more than the whole metered request path.
+            "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 300, minimum=0),
+            "CONN_HEALTH_CHECKS": True,
+            "OPTIONS": options,
+        }
+    raise ImproperlyConfigured(f"DATABASE_URL must start with postgres:// or sqlite:///, got {parts.scheme!r}")
+
+
+def _sqlite(path: Path) -> dict:
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(path),
+        "OPTIONS": {
+            # WAL lets readers run beside the single writer; busy_timeout makes a
+            # writer wait for the lock instead of failing under thread concurrency.
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=20000;",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+        },
+    }
+
+
+def cache_from_url(url: str) -> dict:
+    """Django CACHES['default'] from REDIS_URL (empty = local memory)."""
+    if not url:
+        return {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "gateway"}
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix") or (parts.scheme != "unix" and not parts.hostname):
+        raise ImproperlyConfigured(f"REDIS_URL must look like redis://host:6379/0, got {url!r}")
+    return {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": url,
+        "KEY_PREFIX": env_str("CACHE_KEY_PREFIX", "gw"),
+        "OPTIONS": {
+            # Short timeouts: when Redis is down, limits fail open quickly instead
+            # of holding every request for the default socket timeout.
+            "socket_connect_timeout": env_float("REDIS_TIMEOUT", 0.25),
+            "socket_timeout": env_float("REDIS_TIMEOUT", 0.25),
+        },
+    }

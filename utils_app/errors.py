@@ -1,0 +1,215 @@
+"""The one error body of the service and everything that produces it.
+
+Every failure of a /v1, /admin or /utils operation leaves as
+``{"error": {"message", "type", "param", "code"}}``. Code raises a
+``GatewayError``; DRF's own exceptions, Django's 404/405/413 and anything
+unexpected are translated here, so no view ever builds an error by hand.
+"""
+import json
+import logging
+
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.http import Http404, JsonResponse
+from rest_framework import exceptions as drf
+
+log = logging.getLogger("gateway.errors")
+
+
+class GatewayError(Exception):
+    status = 500
+    type = "server_error"
+    code = "internal_error"
+
+    def __init__(self, message: str, *, code: str | None = None, param: str | None = None,
+                 status: int | None = None, type: str | None = None, headers: dict | None = None):
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+        if type is not None:
+            self.type = type
+        self.param = param
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return error_body(self.message, self.type, self.code, self.param)
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_value"
+
+
+class AuthenticationError(GatewayError):
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+    def __init__(self, message: str, **kwargs):
+        kwargs.setdefault("headers", {"WWW-Authenticate": 'Bearer realm="api"'})
+        super().__init__(message, **kwargs)
+
+
+class AccessDenied(GatewayError):
+    status = 403
+    type = "permission_error"
+    code = "model_not_allowed"
+
+
+class NotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class InsufficientCredits(GatewayError):
+    status = 402
+    type = "insufficient_credits_error"
+    code = "insufficient_credits"
+
+
+class RateLimited(GatewayError):
+    status = 429
+    type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, retry_after: int, **kwargs):
+        headers = kwargs.pop("headers", {}) or {}
+        headers["Retry-After"] = str(max(1, int(retry_after)))
+        super().__init__(message, headers=headers, **kwargs)
+
+
+class UpstreamError(GatewayError):
+    status = 502
+    type = "upstream_error"
+    code = "upstream_unavailable"
+
+
+def error_body(message: str, type: str, code: str | None, param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def error_response(exc: GatewayError):
+    from rest_framework.response import Response
+
+    response = Response(exc.body(), status=exc.status)
+    for name, value in exc.headers.items():
+        response[name] = value
+    return response
+
+
+def _first_validation_error(detail, path=()):
+    """Walk DRF's nested error detail to the first leaf: (dotted path, ErrorDetail)."""
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            found = _first_validation_error(value, path if key == "non_field_errors" else (*path, str(key)))
+            if found:
+                return found
+    elif isinstance(detail, list):
+        for index, value in enumerate(detail):
+            # A list of ErrorDetails is several messages for one field; a list of
+            # dicts/lists is a list-valued field whose items are indexed.
+            nested = isinstance(value, (dict, list))
+            found = _first_validation_error(value, (*path, str(index)) if nested else path)
+            if found:
+                return found
+    elif detail is not None:
+        return ".".join(path) or None, detail
+    return None
+
+
+VALIDATION_CODES = {"required": "missing_field", "null": "missing_field", "blank": "missing_field",
+                    "unknown_parameter": "unknown_parameter", "invalid_json": "invalid_json"}
+
+
+def validation_error(exc: drf.ValidationError) -> InvalidRequest:
+    found = _first_validation_error(exc.detail)
+    if not found:
+        return InvalidRequest("Invalid request.")
+    param, detail = found
+    code = VALIDATION_CODES.get(getattr(detail, "code", None), "invalid_value")
+    message = str(detail)
+    if param and code != "invalid_json":
+        message = f"{param}: {message}"
+    return InvalidRequest(message, code=code, param=param)
+
+
+def as_gateway_error(exc: Exception) -> GatewayError:
+    if isinstance(exc, GatewayError):
+        return exc
+    if isinstance(exc, drf.ValidationError):
+        return validation_error(exc)
+    if isinstance(exc, drf.ParseError):
+        return InvalidRequest("The request body is not valid JSON.", code="invalid_json")
+    if isinstance(exc, drf.UnsupportedMediaType):
+        return InvalidRequest("The request body must be JSON.", code="invalid_json")
+    if isinstance(exc, RequestDataTooBig):
+        return GatewayError("The request body is too large.", status=413,
+                            type="invalid_request_error", code="request_too_large")
+    if isinstance(exc, drf.NotAuthenticated):
+        return AuthenticationError("Missing API key: send 'Authorization: Bearer <key>'.", code="missing_api_key")
+    if isinstance(exc, drf.AuthenticationFailed):
+        return AuthenticationError("Invalid API key.", code="invalid_api_key")
+    if isinstance(exc, drf.MethodNotAllowed):
+        return GatewayError(str(exc.detail), status=405, type="invalid_request_error", code="method_not_allowed")
+    if isinstance(exc, (drf.NotFound, Http404)):
+        return NotFound("Not found.")
+    if isinstance(exc, (drf.PermissionDenied, PermissionDenied)):
+        return GatewayError("Permission denied.", status=403, type="permission_error", code="permission_denied")
+    if isinstance(exc, drf.Throttled):
+        return RateLimited("Too many requests.", retry_after=exc.wait or 1)
+    if isinstance(exc, drf.APIException):
+        return GatewayError(str(exc.detail), status=exc.status_code, type="invalid_request_error",
+                            code=exc.default_code)
+    log.exception("unexpected error", exc_info=exc)
+    return GatewayError("The server failed to handle the request.")
+
+
+def exception_handler(exc, context):
+    """DRF's EXCEPTION_HANDLER: every exception in an API view ends here."""
+    return error_response(as_gateway_error(exc))
+
+
+def json_error(exc: GatewayError) -> JsonResponse:
+    """The same body for plain Django views (handler404 and the like)."""
+    response = JsonResponse(exc.body(), status=exc.status)
+    for name, value in exc.headers.items():
+        response[name] = value
+    return response
+
+
+def handler400(request, exception=None):
+    if isinstance(exception, RequestDataTooBig):
+        return json_error(as_gateway_error(exception))
+    return json_error(InvalidRequest("Bad request.", code="bad_request"))
+
+
+def handler403(request, exception=None):
+    return json_error(GatewayError("Permission denied.", status=403, type="permission_error",
+                                   code="permission_denied"))
+
+
+def handler404(request, exception=None):
+    return json_error(NotFound(f"No operation at {request.path}."))
+
+
+def handler500(request):
+    return json_error(GatewayError("The server failed to handle the request."))
+
+
+def parse_json_object(raw: bytes) -> dict:
+    """Strictly parse a request body that must be a JSON object."""
+    if not raw:
+        raise InvalidRequest("The request body is empty; send a JSON object.", code="invalid_json")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InvalidRequest("The request body is not valid UTF-8.", code="invalid_json") from None
+    except (ValueError, RecursionError):
+        raise InvalidRequest("The request body is not valid JSON.", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    return data

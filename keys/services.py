@@ -62,3 +62,40 @@ def refill_all(*, actor: str) -> int:
         AuditLog.objects.create(actor=actor, action="refill_all", key=None, before=None,
                                 after={"keys_refilled": changed})
     return changed
+
+
+def update_key(*, key: ApiKey, changes: dict, actor: str, param_prefix: str = "update.") -> ApiKey:
+    """Apply a partial configuration change (API names: tier, credits, maxCredits, rpm, rph, owner).
+
+    ``owner`` is merged member by member. The row is locked while the change is
+    computed so a concurrent charge cannot slip between the read and the write;
+    the new values apply to the key's very next request.
+    """
+    with transaction.atomic():
+        key = ApiKey.objects.select_for_update().get(pk=key.pk)
+        before = key_snapshot(key)
+        for api_name, field in (("tier", "tier"), ("credits", "credits"), ("maxCredits", "max_credits"),
+                                ("rpm", "rpm"), ("rph", "rph")):
+            if api_name in changes:
+                setattr(key, field, changes[api_name])
+        for member, value in (changes.get("owner") or {}).items():
+            setattr(key, OWNER_FIELDS[member], value if value is not None else "")
+        check_config(tier=key.tier, credits=key.credits, max_credits=key.max_credits, rpm=key.rpm, rph=key.rph,
+                     prefix=param_prefix)
+        key.save()
+        audit(actor=actor, action="update_key", key=key, before=before, after=key_snapshot(key))
+    return key
+
+
+def set_active(*, key: ApiKey, active: bool, actor: str) -> ApiKey:
+    """Revoke (active=False) or reactivate a key. A revoked key gets 401 everywhere."""
+    with transaction.atomic():
+        key = ApiKey.objects.select_for_update().get(pk=key.pk)
+        if key.is_active == active:
+            return key
+        before = key_snapshot(key)
+        key.is_active = active
+        key.save(update_fields=["is_active", "updated_at"])
+        audit(actor=actor, action="reactivate_key" if active else "revoke_key", key=key, before=before,
+              after=key_snapshot(key))
+    return key

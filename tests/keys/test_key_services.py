@@ -1,0 +1,45 @@
+import pytest
+
+from keys.models import ApiKey, AuditLog
+from keys.services import set_active, update_key
+from utils_app.errors import InvalidRequest
+
+pytestmark = pytest.mark.django_db
+
+
+def test_update_merges_owner_and_audits(make_key):
+    key, _ = make_key(credits=5, max_credits=10, owner={"platform_id": "1", "platform_username": "ann"})
+    update_key(key=key, changes={"tier": "premium", "owner": {"category": "vip"}}, actor="test")
+    key.refresh_from_db()
+    assert key.tier == "premium"
+    assert key.owner == {"platform_id": "1", "platform_username": "ann", "platform_img": "", "category": "vip"}
+    entry = AuditLog.objects.filter(action="update_key").get()
+    assert entry.before["tier"] == "free" and entry.after["tier"] == "premium"
+    assert entry.after["owner"]["category"] == "vip"
+
+
+@pytest.mark.parametrize("changes, param", [
+    ({"credits": 11}, "update.credits"),
+    ({"maxCredits": 4}, "update.credits"),
+    ({"rpm": 0}, "update.rpm"),
+    ({"rph": 10001}, "update.rph"),
+    ({"tier": "gold"}, "update.tier"),
+])
+def test_update_refuses_broken_configurations(make_key, changes, param):
+    key, _ = make_key(credits=5, max_credits=10)
+    with pytest.raises(InvalidRequest) as raised:
+        update_key(key=key, changes=changes, actor="test")
+    assert raised.value.param == param
+    key.refresh_from_db()
+    assert (key.credits, key.max_credits, key.rpm, key.tier) == (5, 10, 60, "free")
+    assert not AuditLog.objects.filter(action="update_key").exists()
+
+
+def test_revoke_and_reactivate_are_audited_once(make_key):
+    key, _ = make_key()
+    set_active(key=key, active=False, actor="test")
+    set_active(key=key, active=False, actor="test")
+    assert not ApiKey.objects.get(pk=key.pk).is_active
+    set_active(key=key, active=True, actor="test")
+    assert list(AuditLog.objects.filter(key=key).order_by("id").values_list("action", flat=True)) == [
+        "create_key", "revoke_key", "reactivate_key"]

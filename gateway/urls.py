@@ -3,9 +3,10 @@ from django.contrib import admin
 from django.urls import include, path
 
 urlpatterns = [
+    # Before the staff admin site: its catch-all would otherwise swallow /admin/update-key and friends.
+    path("", include("keys.urls")),
     path("admin/", admin.site.urls),
     path("", include("gateway.operation_urls")),
-    path("", include("keys.urls")),
     path("", include("models_catalog.urls")),
     path("", include("community.urls")),
     path("", include("utils_app.urls")),

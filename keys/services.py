@@ -2,7 +2,7 @@
 from django.db import transaction
 
 from keys.models import OWNER_FIELDS, RPH_RANGE, RPM_RANGE, TIERS, ApiKey, AuditLog, generate_secret
-from utils_app.errors import InvalidRequest
+from utils_app.errors import InvalidRequest, NotFound
 
 
 def check_config(*, tier: str, credits: int, max_credits: int, rpm: int, rph: int, prefix: str = "") -> None:
@@ -36,11 +36,11 @@ def key_snapshot(key: ApiKey) -> dict:
 
 def issue_key(*, actor: str, tier: str = "free", credits: int = 0, max_credits: int | None = None,
               rpm: int = 60, rph: int = 1000, owner: dict | None = None, is_admin: bool = False,
-              name: str = "") -> tuple[ApiKey, str]:
+              name: str = "", param_prefix: str = "") -> tuple[ApiKey, str]:
     """Create a key and return it with its secret, the only time the secret exists."""
     if max_credits is None:
         max_credits = credits
-    check_config(tier=tier, credits=credits, max_credits=max_credits, rpm=rpm, rph=rph)
+    check_config(tier=tier, credits=credits, max_credits=max_credits, rpm=rpm, rph=rph, prefix=param_prefix)
     secret = generate_secret()
     key = ApiKey(tier=tier, credits=credits, max_credits=max_credits, rpm=rpm, rph=rph,
                  is_admin=is_admin, name=name)
@@ -51,6 +51,21 @@ def issue_key(*, actor: str, tier: str = "free", credits: int = 0, max_credits: 
         key.save()
         audit(actor=actor, action="create_key", key=key, before=None, after=key_snapshot(key))
     return key, secret
+
+
+def create_key(*, config: dict, actor: str, name: str = "", is_admin: bool = False) -> tuple[ApiKey, str]:
+    """issue_key for the admin API: ``config`` uses the API's member names (maxCredits, owner, ...)."""
+    return issue_key(actor=actor, tier=config.get("tier", "free"), credits=config.get("credits", 0),
+                     max_credits=config.get("maxCredits"), rpm=config.get("rpm", 60), rph=config.get("rph", 1000),
+                     owner=config.get("owner"), is_admin=is_admin, name=name, param_prefix="config.")
+
+
+def find_key(secret: str) -> ApiKey:
+    """The key whose secret this is, revoked or not; 404 key_not_found otherwise (one indexed query)."""
+    key = ApiKey.objects.by_secret(secret).first()
+    if key is None:
+        raise NotFound("No API key matches 'key'.", code="key_not_found", param="key")
+    return key
 
 
 def refill_all(*, actor: str) -> int:

@@ -1,3 +1,9 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
 
-urlpatterns = []
+from keys import views
+
+urlpatterns = [
+    path("admin/update-key", views.UpdateKeyView.as_view(), name="admin-update-key"),
+    path("admin/create-key", views.CreateKeyView.as_view(), name="admin-create-key"),
+    path("admin/revoke-key", views.RevokeKeyView.as_view(), name="admin-revoke-key"),
+]

@@ -1,0 +1,130 @@
+"""Metered non-streamed chat: directly against a fake upstream vs. through the gateway, same run.
+
+    .venv/bin/python bench/chat_overhead.py [--backends embedded postgres+redis] [--duration 10]
+                                            [--connections 1 16 64] [--keys 100] [--out results.json]
+
+It starts nginx as the fast fake upstream (bench/upstream/nginx.conf.in, 127.0.0.1:18201), then for
+each backend a gateway under gunicorn from the working tree (bench/harness.py: own data dir, fresh
+database, bench/catalog.toml, keys issued with issue_key) and runs wrk (bench/wrk/chat.lua) at each
+connection count: first directly against nginx, then through the gateway (model bench-chat, which
+nginx answers), then through the gateway with the in-process local-chat model (no upstream call at
+all, so the gateway's own cost alone). Prints a Markdown table: requests/s, p50 and p99 latency,
+the gateway/direct throughput ratio and the latency the gateway adds.
+
+One key may make 1000 requests a minute and 10000 an hour, less than a benchmark makes, so the
+requests go round-robin over --keys keys (each with rpm 1000, rph 10000, 10^9 credits); a 429 or
+any other non-2xx answer is counted and shown, never hidden.
+
+Needs wrk and nginx (`apt-get install -y wrk nginx-light`); PostgreSQL and Redis for that backend.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+
+WRK_SCRIPT = harness.BENCH / "wrk" / "chat.lua"
+
+
+def run_wrk(url: str, *, connections: int, duration: int, keys_file: Path | None, model: str,
+            result_file: Path) -> dict:
+    wrk = harness.require_tool("wrk", "wrk")
+    env = dict(os.environ, BENCH_MODEL=model, BENCH_RESULT=str(result_file),
+               BENCH_KEYS_FILE=str(keys_file) if keys_file else "")
+    result_file.unlink(missing_ok=True)
+    threads = min(connections, 2)  # two cores: more wrk threads would only compete with the server
+    subprocess.run([wrk, "-t", str(threads), "-c", str(connections), "-d", f"{duration}s", "--timeout", "10s",
+                    "-s", str(WRK_SCRIPT), url], env=env, check=True, stdout=subprocess.DEVNULL, timeout=duration + 60)
+    return json.loads(result_file.read_text().strip().splitlines()[-1])
+
+
+def measure(backend: str, workdir: Path, args) -> list[dict]:
+    gateway = harness.Gateway(backend, workdir)
+    gateway.prepare(keys=args.keys)
+    workers, threads = gateway.workers_and_threads()
+    gateway.start()
+    rows = []
+    try:
+        targets = [
+            ("direct", f"http://127.0.0.1:{harness.FAST_UPSTREAM_PORT}/v1/chat/completions", None, "bench-upstream"),
+            ("gateway", f"{gateway.url}/v1/chat/completions", gateway.keys_file, "bench-chat"),
+            ("gateway local-chat", f"{gateway.url}/v1/chat/completions", gateway.keys_file, "local-chat"),
+        ]
+        # Warm-up: connection pools, the catalog snapshot, Python's caches; not measured.
+        for _, url, keys, model in targets:
+            run_wrk(url, connections=4, duration=2, keys_file=keys, model=model, result_file=workdir / "warm.json")
+        for connections in args.connections:
+            for name, url, keys, model in targets:
+                result = run_wrk(url, connections=connections, duration=args.duration, keys_file=keys,
+                                 model=model, result_file=workdir / "wrk.json")
+                result.update(backend=backend, target=name, connections=connections,
+                              workers=workers, threads=threads)
+                harness.log(f"{backend} c={connections} {name}: {result['rps']:.0f} req/s, "
+                            f"p50 {result['p50_us'] / 1000:.2f} ms, p99 {result['p99_us'] / 1000:.2f} ms, "
+                            f"non-2xx {result['non_2xx']}, socket errors {result['socket_errors']}")
+                rows.append(result)
+    finally:
+        gateway.stop()
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| backend (workers×threads) | conns | direct req/s | gateway req/s | ratio | direct p50 / p99 ms "
+        "| gateway p50 / p99 ms | added p50 / p99 ms | local-chat req/s, p50 ms | non-2xx |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    index = {(r["backend"], r["connections"], r["target"]): r for r in rows}
+    for backend in dict.fromkeys(r["backend"] for r in rows):
+        for connections in dict.fromkeys(r["connections"] for r in rows if r["backend"] == backend):
+            direct = index[(backend, connections, "direct")]
+            gateway = index[(backend, connections, "gateway")]
+            local = index[(backend, connections, "gateway local-chat")]
+            errors = sum(r["non_2xx"] + r["socket_errors"] for r in (direct, gateway, local))
+            lines.append(
+                f"| {backend} ({gateway['workers']}×{gateway['threads']}) | {connections} "
+                f"| {direct['rps']:,.0f} | {gateway['rps']:,.0f} | {gateway['rps'] / direct['rps']:.3f} "
+                f"| {direct['p50_us'] / 1000:.2f} / {direct['p99_us'] / 1000:.2f} "
+                f"| {gateway['p50_us'] / 1000:.2f} / {gateway['p99_us'] / 1000:.2f} "
+                f"| {(gateway['p50_us'] - direct['p50_us']) / 1000:.2f} / "
+                f"{(gateway['p99_us'] - direct['p99_us']) / 1000:.2f} "
+                f"| {local['rps']:,.0f}, {local['p50_us'] / 1000:.2f} | {errors} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backends", nargs="+", default=list(harness.GATEWAY_PORTS),
+                        choices=list(harness.GATEWAY_PORTS))
+    parser.add_argument("--connections", nargs="+", type=int, default=[1, 16, 64])
+    parser.add_argument("--duration", type=int, default=10, help="seconds per wrk run (bounded to 300)")
+    parser.add_argument("--keys", type=int, default=100, help="keys the requests go round-robin over")
+    parser.add_argument("--out", type=Path, help="also write the raw results as JSON here")
+    args = parser.parse_args()
+    args.duration = max(1, min(args.duration, 300))
+
+    workdir = harness.make_workdir("chat_bench")
+    harness.log(f"work dir {workdir}")
+    nginx = harness.start_nginx(workdir)
+    rows = []
+    try:
+        for backend in args.backends:
+            rows += measure(backend, workdir, args)
+    finally:
+        nginx.stop()
+    started = time.strftime("%Y-%m-%d %H:%M")
+    print(f"\nchat_overhead.py, {started}, {args.duration} s per run, {os.cpu_count()} CPUs\n")
+    print(table(rows))
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+"""What the bench scripts share: starting and stopping the fake upstreams and a gateway instance.
+
+Everything binds 127.0.0.1, every wait is bounded, and every process is stopped by the PID this
+module started it with (never by name). A gateway instance gets its own GATEWAY_DATA_DIR in a
+temp dir; on PostgreSQL it uses the database named in DATABASE_URL, which it drops and creates
+afresh, and on Redis the db number in REDIS_URL, which it empties.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlsplit
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+VENV_BIN = ROOT / ".venv" / "bin"
+PYTHON = str(VENV_BIN / "python")
+CATALOG = BENCH / "catalog.toml"
+
+# Ports given to the bench (18200-18299); the catalog names the two upstream ports.
+FAST_UPSTREAM_PORT = 18201
+STREAM_UPSTREAM_PORT = 18202
+GATEWAY_PORTS = {"embedded": 18210, "postgres+redis": 18211}
+
+PG_URL = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gw_bench")
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/5")
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+class Process:
+    """A child process started in its own process group and stopped by that PID."""
+
+    def __init__(self, name: str, args: list[str], *, env: dict | None = None, logfile: Path, cwd: Path = ROOT):
+        self.name = name
+        self.logfile = logfile
+        self._log = open(logfile, "ab")
+        self.popen = subprocess.Popen(args, env=env, cwd=cwd, stdout=self._log, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
+        log(f"started {name} (pid {self.popen.pid}), log {logfile}")
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, timeout: float = 10) -> None:
+        if self.alive():
+            # The process group is the one this process leads (start_new_session), so this
+            # reaches its own workers (gunicorn's, nginx's) and nothing else.
+            try:
+                os.killpg(self.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.pid, signal.SIGKILL)
+                self.popen.wait(5)
+            log(f"stopped {self.name} (pid {self.pid})")
+        self._log.close()
+
+
+def wait_for_port(port: int, *, timeout: float = 30, path: str = "/", process: Process | None = None) -> None:
+    """Wait until something answers HTTP on 127.0.0.1:port (any status counts)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and not process.alive():
+            raise RuntimeError(f"{process.name} exited early; see {process.logfile}")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2).close()
+            return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"nothing answered on 127.0.0.1:{port} within {timeout} s")
+
+
+def require_tool(name: str, package: str) -> str:
+    path = shutil.which(name) or (f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").exists() else None)
+    if not path:
+        raise SystemExit(f"{name} is missing: install it with `apt-get update && apt-get install -y {package}`")
+    return path
+
+
+def start_nginx(workdir: Path, port: int = FAST_UPSTREAM_PORT) -> Process:
+    nginx = require_tool("nginx", "nginx-light")
+    prefix = workdir / "nginx"
+    prefix.mkdir(parents=True, exist_ok=True)
+    conf = (BENCH / "upstream" / "nginx.conf.in").read_text()
+    conf = conf.replace("@PREFIX@", str(prefix)).replace("@PORT@", str(port))
+    (prefix / "nginx.conf").write_text(conf)
+    process = Process("nginx fake upstream", [nginx, "-p", str(prefix), "-c", str(prefix / "nginx.conf")],
+                      logfile=prefix / "stdout.log")
+    wait_for_port(port, process=process)
+    return process
+
+
+def start_stream_upstream(workdir: Path, *, chunks: int, interval: float,
+                          port: int = STREAM_UPSTREAM_PORT) -> Process:
+    process = Process("streaming fake upstream",
+                      [sys.executable, str(BENCH / "fake_upstream.py"), "--port", str(port),
+                       "--chunks", str(chunks), "--interval", str(interval)],
+                      logfile=workdir / "fake_upstream.log")
+    wait_for_port(port, process=process)
+    return process
+
+
+def upstream_stats(port: int = STREAM_UPSTREAM_PORT) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=5) as response:
+        return json.load(response)
+
+
+def _reset_postgres(url: str) -> None:
+    """Drop and create the bench database (it belongs to the bench alone)."""
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    if not name.startswith("gw_bench"):
+        raise SystemExit(f"refusing to drop {name!r}: the bench database must be named gw_bench…")
+    base = ["psql", "-h", parts.hostname or "127.0.0.1", "-p", str(parts.port or 5432),
+            "-U", parts.username or "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-q", "-c"]
+    subprocess.run(base + [f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'], check=True)
+    subprocess.run(base + [f'CREATE DATABASE "{name}"'], check=True)
+
+
+def _reset_redis(url: str) -> None:
+    """Empty the bench's own Redis db (the db number in the URL)."""
+    import redis
+
+    db = int(urlsplit(url).path.lstrip("/") or 0)
+    if db != 5:
+        raise SystemExit(f"refusing to flush Redis db {db}: the bench uses db 5")
+    redis.Redis.from_url(url).flushdb()
+
+
+class Gateway:
+    """One gateway instance served by gunicorn from the working tree, with its own data."""
+
+    def __init__(self, backend: str, workdir: Path, *, port: int | None = None, extra_env: dict | None = None):
+        if backend not in GATEWAY_PORTS:
+            raise ValueError(f"backend must be one of {', '.join(GATEWAY_PORTS)}")
+        self.backend = backend
+        self.port = port or GATEWAY_PORTS[backend]
+        self.dir = workdir / backend.replace("+", "_")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("DATABASE_URL", "REDIS_URL", "WEB_CONCURRENCY", "GUNICORN_THREADS")}
+        env.update({
+            "GATEWAY_DATA_DIR": str(self.dir / "data"),
+            "BIND": f"127.0.0.1:{self.port}",
+            "ACCESS_LOG": str(self.dir / "access.log"),
+            "BENCH_UPSTREAM_KEY": "sk-bench-upstream",
+            "CACHE_KEY_PREFIX": "gw_bench",
+            "DJANGO_SETTINGS_MODULE": "gateway.settings",
+        })
+        if backend == "postgres+redis":
+            env["DATABASE_URL"] = PG_URL
+            env["REDIS_URL"] = REDIS_URL
+        env.update(extra_env or {})
+        self.env = env
+        self.process: Process | None = None
+        self.keys_file = self.dir / "keys.txt"
+
+    def manage(self, *args: str, capture: bool = False) -> str:
+        result = subprocess.run([PYTHON, "manage.py", *args], cwd=ROOT, env=self.env, check=True,
+                                stdout=subprocess.PIPE if capture else subprocess.DEVNULL, text=True)
+        return result.stdout if capture else ""
+
+    def prepare(self, *, keys: int) -> list[str]:
+        """Fresh database and cache, migrated and seeded with bench/catalog.toml, and `keys` keys."""
+        if self.backend == "postgres+redis":
+            _reset_postgres(PG_URL)
+            _reset_redis(REDIS_URL)
+        log(f"{self.backend}: migrate, seed_models {CATALOG.name}, issue {keys} keys")
+        self.manage("migrate", "--noinput")
+        self.manage("seed_models", str(CATALOG))
+        # One process issues all keys through the real issue_key command (a process per key
+        # would spend a second each on start-up). rpm and rph are at their allowed maxima.
+        script = (
+            "import io\n"
+            "from django.core.management import call_command\n"
+            f"for i in range({keys}):\n"
+            "    out = io.StringIO()\n"
+            "    call_command('issue_key', tier='free', credits=10**9, rpm=1000, rph=10000,\n"
+            "                 name=f'bench {i}', stdout=out)\n"
+            "    print(out.getvalue().strip().splitlines()[-1])\n"
+        )
+        secrets = [line for line in self.manage("shell", "-c", script, capture=True).splitlines()
+                   if line.startswith("sk-")]
+        if len(secrets) != keys:
+            raise RuntimeError(f"issued {len(secrets)} keys, expected {keys}")
+        self.keys_file.write_text("\n".join(secrets) + "\n")
+        return secrets
+
+    def start(self) -> None:
+        self.process = Process(
+            f"gateway ({self.backend}) on :{self.port}",
+            [str(VENV_BIN / "gunicorn"), "-c", "python:gateway.gunicorn_conf", "gateway.wsgi"],
+            env=self.env, logfile=self.dir / "gunicorn.log")
+        wait_for_port(self.port, path="/health", timeout=60, process=self.process)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+            self.process = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def workers_and_threads(self) -> tuple[int, int]:
+        """What gateway/gunicorn_conf.py chose for this environment."""
+        code = "import gateway.gunicorn_conf as c; print(c.workers, c.threads)"
+        out = subprocess.run([PYTHON, "-c", code], cwd=ROOT, env=self.env, check=True,
+                             stdout=subprocess.PIPE, text=True).stdout.split()
+        return int(out[0]), int(out[1])
+
+
+def make_workdir(prefix: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f"gw_{prefix}_"))

@@ -1,0 +1,175 @@
+"""How many chat streams one gateway instance holds open at once.
+
+    .venv/bin/python bench/open_streams.py [--backends embedded postgres+redis] [--streams 64 160]
+                                           [--chunks 20] [--interval 0.5] [--keys 20]
+
+Starts bench/fake_upstream.py, which streams each answer slowly (--chunks chunks, --interval s
+apart, 10 s by default), and a gateway per backend (bench/harness.py). Then, for each number in
+--streams, opens that many streaming chat requests (model bench-stream) at the same moment and
+reads them to the end. For each stream it records when the first SSE event arrived and when the
+stream ended. It reports:
+
+- held at once: the most streams that were receiving events at the same instant (client side),
+  and the most streams the upstream had open at once (the fake upstream counts them);
+- first event within 1 s: streams served at once rather than queued behind a busy thread;
+- completed (`data: [DONE]` seen) and failed (non-200, error event or broken connection).
+
+The same run first opens the streams directly against the fake upstream, to show the client and
+upstream are not the limit. The client is plain asyncio sockets: one process holds thousands.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+
+BODY = {"model": "bench-stream", "stream": True,
+        "messages": [{"role": "user", "content": "Stream something slowly."}]}
+
+
+async def one_stream(port: int, path: str, key: str | None, model: str, started: float, deadline: float) -> dict:
+    body = json.dumps(dict(BODY, model=model)).encode()
+    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            f"Accept: text/event-stream\r\nContent-Length: {len(body)}\r\nConnection: close\r\n")
+    if key:
+        head += f"Authorization: Bearer {key}\r\n"
+    record = {"status": None, "first_event": None, "end": None, "events": 0, "done": False, "error": None}
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout=10)
+        writer.write(head.encode() + b"\r\n" + body)
+        await writer.drain()
+        buffer = b""
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                record["error"] = "client deadline"
+                break
+            data = await asyncio.wait_for(reader.read(65536), timeout=remaining)
+            if not data:
+                break
+            buffer += data
+            if record["status"] is None and b"\r\n" in buffer:
+                record["status"] = int(buffer.split(b" ", 2)[1])
+            # Count complete events only; keep the unfinished tail for the next read.
+            events, _, buffer_tail = buffer.rpartition(b"\n\n")
+            found = events.count(b"data: ")
+            if found:
+                if record["first_event"] is None:
+                    record["first_event"] = time.monotonic() - started
+                record["events"] += found
+                if b"data: [DONE]" in events:
+                    record["done"] = True
+                if b'data: {"error"' in events:
+                    record["error"] = "error event"
+                buffer = buffer_tail
+        writer.close()
+    except (OSError, asyncio.TimeoutError, ValueError, IndexError) as exc:
+        record["error"] = type(exc).__name__
+    record["end"] = time.monotonic() - started
+    return record
+
+
+def peak_overlap(records: list[dict]) -> int:
+    """The most streams receiving events at one instant (from first event to end)."""
+    edges = []
+    for r in records:
+        if r["first_event"] is not None:
+            edges += [(r["first_event"], 1), (r["end"], -1)]
+    peak = current = 0
+    for _, step in sorted(edges, key=lambda e: (e[0], e[1])):
+        current += step
+        peak = max(peak, current)
+    return peak
+
+
+async def burst(port: int, path: str, keys: list[str], model: str, count: int, limit_seconds: float) -> dict:
+    started = time.monotonic()
+    deadline = started + limit_seconds
+    records = await asyncio.gather(*(
+        one_stream(port, path, keys[i % len(keys)] if keys else None, model, started, deadline)
+        for i in range(count)))
+    ok = [r for r in records if r["status"] == 200 and r["done"] and not r["error"]]
+    firsts = sorted(r["first_event"] for r in records if r["first_event"] is not None)
+    return {
+        "streams": count,
+        "completed": len(ok),
+        "failed": count - len(ok),
+        "held_at_once": peak_overlap(records),
+        "first_event_within_1s": sum(1 for t in firsts if t <= 1.0),
+        "first_event_p50_s": round(firsts[len(firsts) // 2], 2) if firsts else None,
+        "first_event_max_s": round(firsts[-1], 2) if firsts else None,
+        "wall_s": round(time.monotonic() - started, 1),
+        "statuses": sorted({str(r["status"]) for r in records}),
+        "errors": sorted({r["error"] for r in records if r["error"]}),
+    }
+
+
+def run_level(port: int, path: str, keys: list[str], model: str, count: int, limit_seconds: float) -> dict:
+    result = asyncio.run(burst(port, path, keys, model, count, limit_seconds))
+    # The fake upstream's peak covers its whole life, so each burst gets a fresh upstream.
+    result["upstream_peak"] = harness.upstream_stats()["peak_streams"]
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backends", nargs="+", default=list(harness.GATEWAY_PORTS),
+                        choices=list(harness.GATEWAY_PORTS))
+    parser.add_argument("--streams", nargs="+", type=int, default=[64, 160])
+    parser.add_argument("--chunks", type=int, default=20)
+    parser.add_argument("--interval", type=float, default=0.5)
+    parser.add_argument("--keys", type=int, default=20)
+    parser.add_argument("--out", type=Path, help="also write the raw results as JSON here")
+    args = parser.parse_args()
+    if max(args.streams) > 2000:
+        raise SystemExit("at most 2000 streams per burst")
+    stream_seconds = args.chunks * args.interval
+    # Long enough for queued streams to be served in a few rounds; never unbounded.
+    limit_seconds = min(600.0, stream_seconds * 6 + 30)
+
+    workdir = harness.make_workdir("stream_bench")
+    harness.log(f"work dir {workdir}")
+    rows = []
+    for backend in args.backends:
+        gateway = harness.Gateway(backend, workdir)
+        keys = gateway.prepare(keys=args.keys)
+        workers, threads = gateway.workers_and_threads()
+        gateway.start()
+        try:
+            for count in args.streams:
+                for target, port, path, key_list, model in (
+                    ("direct", harness.STREAM_UPSTREAM_PORT, "/v1/chat/completions", [], "bench-upstream"),
+                    ("gateway", gateway.port, "/v1/chat/completions", keys, "bench-stream"),
+                ):
+                    upstream = harness.start_stream_upstream(workdir, chunks=args.chunks, interval=args.interval)
+                    try:
+                        result = run_level(port, path, key_list, model, count, limit_seconds)
+                    finally:
+                        upstream.stop()
+                    result.update(backend=backend, target=target, workers=workers, threads=threads)
+                    harness.log(json.dumps(result))
+                    rows.append(result)
+        finally:
+            gateway.stop()
+
+    print(f"\nopen_streams.py, {time.strftime('%Y-%m-%d %H:%M')}, each stream {args.chunks} chunks "
+          f"{args.interval} s apart ({stream_seconds:.0f} s)\n")
+    print("| backend (workers×threads) | target | streams opened | held at once (client / upstream) "
+          "| first event ≤ 1 s | first event p50 / max s | completed | failed |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['backend']} ({r['workers']}×{r['threads']}) | {r['target']} | {r['streams']} "
+              f"| {r['held_at_once']} / {r['upstream_peak']} | {r['first_event_within_1s']} "
+              f"| {r['first_event_p50_s']} / {r['first_event_max_s']} | {r['completed']} | {r['failed']} |")
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

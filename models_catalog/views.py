@@ -30,7 +30,8 @@ class ModelListView(PublicAPIView):
         responses={200: s.ModelListResponse, **error_responses(400, 429, 500)},
     )
     def get(self, request):
-        query = s.ModelsQuery(data=request.query_params)
+        # A plain dict, not the QueryDict: DRF would read an empty "web-view=" from a QueryDict as absent.
+        query = s.ModelsQuery(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         if query.validated_data["web-view"]:
             return Response(analytics.model_list_with_analytics(now=timezone.now()))

@@ -1,0 +1,201 @@
+from datetime import timedelta
+
+import httpx2
+import pytest
+from django.test import Client
+from django.utils import timezone
+from openai import OpenAI
+
+from keys.models import TIERS
+from models_catalog import analytics
+from models_catalog.models import AiModel, UsageEvent
+from tests.conftest import bearer
+
+pytestmark = pytest.mark.django_db
+
+ENTRY_MEMBERS = {"id", "object", "type", "owned_by", "cost", "access"}
+ANALYTICS_MEMBERS = {"totalRequests", "completedRequests", "failedRequests", "inputTokens", "outputTokens"}
+
+
+def record(key, model_id, *, success=True, tokens=(10, 4), when=None, latency=50):
+    model = AiModel.objects.get(model_id=model_id)
+    return UsageEvent.objects.create(
+        key=key, model=model, operation=model.type, status=200 if success else 502, success=success,
+        input_tokens=tokens[0], output_tokens=tokens[1], credits_charged=model.cost if success else 0,
+        latency_ms=latency, created_at=when or timezone.now())
+
+
+def disable(model_id):
+    # Through save(), as the admin UI does, so the catalog snapshot is dropped.
+    model = AiModel.objects.get(model_id=model_id)
+    model.enabled = False
+    model.save()
+
+
+def web_view(client):
+    response = client.get("/v1/models?web-view=true")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    return {entry["id"]: entry["analytics"] for entry in body["models"]}, body["globalStats"]
+
+
+def chat(client, secret, model="local-chat", content="Count me"):
+    return client.post("/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": content}]},
+                       content_type="application/json", **bearer(secret))
+
+
+# ---------------------------------------------------------------- default view
+
+def test_the_default_view_is_the_openai_list_of_enabled_models(client, seeded):
+    disable("gpt-4.1")
+    response = client.get("/v1/models")
+    assert response.status_code == 200
+    body = response.json()
+    assert set(body) == {"object", "data"}
+    assert body["object"] == "list"
+    enabled = AiModel.objects.filter(enabled=True)
+    assert [entry["id"] for entry in body["data"]] == sorted(m.model_id for m in enabled)
+    assert "gpt-4.1" not in {entry["id"] for entry in body["data"]}
+    for entry in body["data"]:
+        model = enabled.get(model_id=entry["id"])
+        assert set(entry) == ENTRY_MEMBERS
+        assert entry["object"] == "model"
+        assert (entry["type"], entry["owned_by"], entry["cost"]) == (model.type, model.owned_by, model.cost)
+        assert isinstance(entry["cost"], int)
+        assert list(entry["access"]) == list(TIERS)
+        assert entry["access"] == {tier: tier in model.tiers for tier in TIERS}
+
+
+def test_a_restricted_model_shows_false_for_the_tiers_it_excludes(client, seeded):
+    entry = next(e for e in client.get("/v1/models").json()["data"] if e["id"] == "gpt-4o")
+    assert entry["access"]["free"] is False and entry["access"]["premium"] is True
+
+
+def test_the_default_view_costs_no_query_once_the_catalog_is_loaded(client, seeded, django_assert_num_queries):
+    client.get("/v1/models")
+    with django_assert_num_queries(0):
+        assert client.get("/v1/models").status_code == 200
+
+
+@pytest.mark.parametrize("value", ["false", "False", "0"])
+def test_web_view_false_is_the_default_view(client, seeded, value):
+    body = client.get(f"/v1/models?web-view={value}").json()
+    assert set(body) == {"object", "data"}
+
+
+def test_the_openai_sdk_lists_the_models(seeded):
+    django_client = Client()
+
+    def through_django(request: httpx2.Request) -> httpx2.Response:
+        response = django_client.get(request.url.path, dict(request.url.params),
+                                      HTTP_AUTHORIZATION=request.headers.get("authorization", ""))
+        return httpx2.Response(response.status_code, headers={"content-type": response["Content-Type"]},
+                               content=response.content)
+
+    sdk = OpenAI(api_key="sk-not-needed-for-the-list", base_url="http://gateway.test/v1",
+                 http_client=httpx2.Client(transport=httpx2.MockTransport(through_django)))
+    listed = sdk.models.list()
+    ids = [model.id for model in listed]
+    assert ids == sorted(AiModel.objects.filter(enabled=True).values_list("model_id", flat=True))
+    local_chat = next(model for model in listed if model.id == "local-chat")
+    assert (local_chat.object, local_chat.owned_by) == ("model", "local")
+
+
+# ---------------------------------------------------------------- web view
+
+@pytest.mark.parametrize("value", ["true", "True", "1"])
+def test_the_web_view_has_analytics_and_global_stats(client, seeded, value):
+    response = client.get(f"/v1/models?web-view={value}")
+    assert response.status_code == 200
+    body = response.json()
+    assert set(body) == {"object", "success", "models", "globalStats"}
+    assert (body["object"], body["success"]) == ("list", True)
+    assert [e["id"] for e in body["models"]] == sorted(AiModel.objects.values_list("model_id", flat=True))
+    for entry in body["models"]:
+        assert set(entry) == ENTRY_MEMBERS | {"analytics"}
+        assert entry["object"] == "model" and list(entry["access"]) == list(TIERS)
+        assert entry["analytics"] == dict.fromkeys(ANALYTICS_MEMBERS, 0)
+    assert body["globalStats"] == {"totalRequests": 0, "totalInputTokens": 0, "totalOutputTokens": 0}
+
+
+@pytest.mark.parametrize("value", ["maybe", "", "2", "yes please", "[true]"])
+def test_a_web_view_that_is_not_a_boolean_is_a_400(client, seeded, value):
+    response = client.get("/v1/models", {"web-view": value})
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "web-view"
+    assert response.json()["error"]["code"] == "invalid_value"
+
+
+def test_analytics_count_completed_and_failed_requests_with_their_tokens(client, seeded, free_key):
+    key, _ = free_key
+    record(key, "local-chat", tokens=(12, 30))
+    record(key, "local-chat", tokens=(8, 2))
+    record(key, "local-chat", success=False, tokens=(5, 0))
+    record(key, "local-embedding", tokens=(100, 0), when=timezone.now() - timedelta(days=40))
+
+    per_model, global_stats = web_view(client)
+    assert per_model["local-chat"] == {"totalRequests": 3, "completedRequests": 2, "failedRequests": 1,
+                                       "inputTokens": 25, "outputTokens": 32}
+    assert per_model["local-embedding"] == {"totalRequests": 1, "completedRequests": 1, "failedRequests": 0,
+                                            "inputTokens": 100, "outputTokens": 0}
+    assert per_model["gpt-4o"]["totalRequests"] == 0
+    assert global_stats == {"totalRequests": 4, "totalInputTokens": 125, "totalOutputTokens": 32}
+    assert global_stats["totalRequests"] == UsageEvent.objects.count()
+
+
+def test_global_stats_keep_the_usage_of_a_model_disabled_since(client, seeded, free_key):
+    key, _ = free_key
+    record(key, "gpt-4.1", tokens=(7, 3))
+    record(key, "local-chat", tokens=(1, 1))
+    disable("gpt-4.1")
+    per_model, global_stats = web_view(client)
+    assert "gpt-4.1" not in per_model
+    assert global_stats == {"totalRequests": 2, "totalInputTokens": 8, "totalOutputTokens": 4}
+
+
+def test_a_new_request_shows_in_the_very_next_answer(client, seeded, free_key):
+    key, _ = free_key
+    record(key, "local-chat", when=timezone.now() - timedelta(hours=5))
+    before, _ = web_view(client)
+    record(key, "local-chat", success=False, tokens=(3, 0))
+    after, global_stats = web_view(client)
+    assert before["local-chat"]["totalRequests"] == 1
+    assert after["local-chat"] == {"totalRequests": 2, "completedRequests": 1, "failedRequests": 1,
+                                   "inputTokens": 13, "outputTokens": 4}
+    assert global_stats["totalRequests"] == 2
+
+
+def test_the_web_view_is_one_query_once_closed_hours_are_cached(client, seeded, free_key,
+                                                                  django_assert_num_queries):
+    key, _ = free_key
+    for hours_ago in (0, 3, 30, 24 * 200):
+        record(key, "local-chat", when=timezone.now() - timedelta(hours=hours_ago))
+    web_view(client)
+    with django_assert_num_queries(1):
+        per_model, _ = web_view(client)
+    assert per_model["local-chat"]["totalRequests"] == 4
+
+
+def test_a_back_dated_import_is_counted_from_the_next_hour_on(seeded, free_key):
+    key, _ = free_key
+    chat = AiModel.objects.get(model_id="local-chat")
+    now = timezone.now()
+    assert analytics.model_totals(now=now).get(chat.pk) is None
+    record(key, "local-chat", when=now - timedelta(hours=6))
+    # Hours past the settle margin are served from the cache filled above ...
+    assert analytics.model_totals(now=now).get(chat.pk) is None
+    # ... and summed afresh once the boundary hour moves on.
+    assert analytics.model_totals(now=now + timedelta(hours=1))[chat.pk]["requests"] == 1
+
+
+def test_the_web_view_is_served_when_the_cache_is_down(client, seeded, free_key, monkeypatch):
+    key, _ = free_key
+    record(key, "local-chat", when=timezone.now() - timedelta(days=2))
+
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("cache down")
+
+    monkeypatch.setattr(analytics.cache, "get", unreachable)
+    monkeypatch.setattr(analytics.cache, "set", unreachable)
+    per_model, global_stats = web_view(client)
+    assert per_model["local-chat"]["totalRequests"] == 1 and global_stats["totalRequests"] == 1

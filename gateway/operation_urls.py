@@ -1,3 +1,12 @@
-from django.urls import path  # noqa: F401
+"""The metered model operations and the media files they produce."""
+from django.urls import path
 
-urlpatterns = []
+from gateway import views
+
+urlpatterns = [
+    path("v1/chat/completions", views.ChatCompletionsView.as_view(), name="chat-completions"),
+    path("v1/images/generations", views.ImageGenerationsView.as_view(), name="image-generations"),
+    path("v1/audio/speech", views.SpeechView.as_view(), name="audio-speech"),
+    path("v1/embeddings", views.EmbeddingsView.as_view(), name="embeddings"),
+    path("media/<path:name>", views.serve_media, name="media"),
+]

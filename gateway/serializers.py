@@ -1,0 +1,451 @@
+"""Request validation and response shapes of the four metered operations.
+
+Validation is strict about types: a JSON number is not a string and a string is
+not a boolean, because a gateway that silently coerces hides client bugs and
+forwards something the client did not mean. Every error names the member as a
+dotted path (``messages.0.role``), and a top-level member the operation does not
+know is a 400 ``unknown_parameter`` rather than something quietly dropped.
+
+Request serializers return only what the client sent plus the documented
+defaults; ``sent`` on the validated data lists the members the client named, so
+the upstream receives exactly those and keeps its own defaults for the rest.
+"""
+import re
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+from rest_framework.exceptions import ErrorDetail, ValidationError
+
+from gateway.local_models import MAX_EMBEDDING_DIMENSIONS
+
+MODEL_ID_MAX = 120
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+IMAGE_QUALITIES = ("standard", "hd", "ultra_hd", "clarity")
+IMAGE_FORMATS = ("url", "b64_json")
+IMAGE_STYLES = ("vivid", "natural")
+IMAGE_SIDE = (64, 4096)
+IMAGE_SIZE_RE = re.compile(r"^(\d+)x(\d+)$")
+IMAGE_DEFAULTS = {"n": 1, "size": "1024x1024", "quality": "standard", "response_format": "url", "style": "vivid"}
+SPEECH_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
+SPEECH_DEFAULTS = {"response_format": "mp3", "speed": 1.0}
+SPEECH_SPEED = (0.25, 4.0)
+SPEECH_INPUT_MAX = 4096
+EMBEDDING_FORMATS = ("float", "base64")
+EMBEDDING_BATCH_MAX = 2048
+
+
+def _fail(message: str, code: str = "invalid"):
+    raise ValidationError(ErrorDetail(message, code=code))
+
+
+# ---------------------------------------------------------------- strict scalar fields
+
+@extend_schema_field(OpenApiTypes.STR)
+class Text(serializers.CharField):
+    """A JSON string, never a coerced number; whitespace kept as sent (prompts are data)."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            _fail("Must be a string.")
+        return super().to_internal_value(data)
+
+
+class Choice(serializers.ChoiceField):
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            _fail("Must be a string.")
+        if data not in self.choices:
+            _fail(f"Must be one of: {', '.join(self.choices)}.")
+        return data
+
+
+@extend_schema_field(OpenApiTypes.INT)
+class Integer(serializers.IntegerField):
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            _fail("Must be an integer.")
+        return super().to_internal_value(data)
+
+
+@extend_schema_field(OpenApiTypes.NUMBER)
+class Number(serializers.FloatField):
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            _fail("Must be a number.")
+        return super().to_internal_value(data)
+
+
+@extend_schema_field(OpenApiTypes.BOOL)
+class Boolean(serializers.BooleanField):
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            _fail("Must be true or false.")
+        return data
+
+
+@extend_schema_field(OpenApiTypes.OBJECT)
+class JsonObject(serializers.Field):
+    """Any JSON object, passed on untouched (tool schemas, response_format and the like)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            _fail("Must be an object.")
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
+# ---------------------------------------------------------------- the strict base
+
+class StrictRequest(serializers.Serializer):
+    """Top-level members must be declared; the validated data remembers which ones were sent."""
+
+    def to_internal_value(self, data):
+        for name in data:
+            if name not in self.fields:
+                raise ValidationError({name: [ErrorDetail(f"Unknown parameter '{name}'.", code="unknown_parameter")]})
+        validated = super().to_internal_value(data)
+        # JSON null on an optional member means "not given", as in the OpenAI API.
+        return {name: value for name, value in validated.items() if value is not None}
+
+    def validated(self) -> tuple[dict, set]:
+        """(validated members with defaults, names the client actually sent with a value)."""
+        self.is_valid(raise_exception=True)
+        data = dict(self.validated_data)
+        sent = {name for name, value in self.initial_data.items() if value is not None}
+        return data, sent
+
+
+def optional(field_class, **kwargs):
+    kwargs.setdefault("required", False)
+    kwargs.setdefault("allow_null", True)
+    return field_class(**kwargs)
+
+
+# ---------------------------------------------------------------- chat
+
+@extend_schema_field({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}],
+                      "nullable": True})
+class MessageContent(serializers.Field):
+    """A string, or an array of content parts (objects with a string ``type``)."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("allow_null", True)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if isinstance(data, str):
+            return data
+        if not isinstance(data, list):
+            _fail("Must be a string or an array of content parts.")
+        errors = {}
+        for index, part in enumerate(data):
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                errors[index] = {"type": [ErrorDetail("Each content part must be an object with a string 'type'.",
+                                                      code="invalid")]}
+            elif part["type"] == "text" and not isinstance(part.get("text"), str):
+                errors[index] = {"text": [ErrorDetail("A text part needs a string 'text'.", code="invalid")]}
+        if errors:
+            raise ValidationError(errors)
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
+class ToolCall(serializers.Serializer):
+    id = Text(max_length=200)
+    type = Text(max_length=40)
+    function = JsonObject()
+
+    def to_internal_value(self, data):
+        validated = super().to_internal_value(data)
+        # Passed on whole: the upstream may know members this gateway does not.
+        return data if isinstance(data, dict) else validated
+
+
+class ChatMessage(serializers.Serializer):
+    """One message. Members other than these are not forwarded (the SDK's message dumps carry extras)."""
+
+    role = Choice(choices=CHAT_ROLES)
+    content = MessageContent(required=False)
+    name = optional(Text, max_length=256)
+    tool_call_id = optional(Text, max_length=200)
+    tool_calls = optional(serializers.ListField, child=ToolCall())
+    function_call = optional(JsonObject)
+
+    def validate(self, attrs):
+        role = attrs["role"]
+        has_tool_calls = bool(attrs.get("tool_calls")) or bool(attrs.get("function_call"))
+        if attrs.get("content") is None and not (role == "assistant" and has_tool_calls):
+            raise ValidationError({"content": [ErrorDetail(
+                "content is required (it may be null only on an assistant message with tool_calls).",
+                code="required")]})
+        if role == "tool" and not attrs.get("tool_call_id"):
+            raise ValidationError({"tool_call_id": [ErrorDetail("A tool message needs tool_call_id.",
+                                                                code="required")]})
+        return {name: value for name, value in attrs.items() if value is not None or name == "content"}
+
+
+@extend_schema_field({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]})
+class StopSequences(serializers.Field):
+    def to_internal_value(self, data):
+        if isinstance(data, str):
+            return data
+        if not isinstance(data, list) or not 1 <= len(data) <= 4 or not all(isinstance(s, str) for s in data):
+            _fail("Must be a string or an array of 1 to 4 strings.")
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
+class Tool(serializers.Serializer):
+    type = Text(max_length=40)
+    function = optional(JsonObject)
+
+    def to_internal_value(self, data):
+        attrs = super().to_internal_value(data)
+        function = attrs.get("function")
+        if attrs["type"] == "function":
+            if function is None:
+                raise ValidationError({"function": [ErrorDetail("A function tool needs 'function'.", code="required")]})
+            if not isinstance(function.get("name"), str) or not function["name"]:
+                raise ValidationError({"function": {"name": [ErrorDetail("Must be a non-empty string.",
+                                                                         code="required")]}})
+        return data
+
+
+@extend_schema_field({"oneOf": [{"type": "string", "enum": ["none", "auto", "required"]}, {"type": "object"}]})
+class ToolChoice(serializers.Field):
+    def to_internal_value(self, data):
+        if data in ("none", "auto", "required") or isinstance(data, dict):
+            return data
+        _fail("Must be 'none', 'auto', 'required' or an object naming a tool.")
+
+    def to_representation(self, value):
+        return value
+
+
+class StreamOptions(serializers.Serializer):
+    include_usage = optional(Boolean)
+
+    def to_internal_value(self, data):
+        super().to_internal_value(data)
+        return data
+
+
+@extend_schema_field({"type": "object", "additionalProperties": {"type": "number"}})
+class LogitBias(serializers.Field):
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            _fail("Must be an object of token ids to numbers.")
+        for token, bias in data.items():
+            if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
+                raise ValidationError({token: [ErrorDetail("Must be a number from -100 to 100.", code="invalid")]})
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
+class ChatCompletionRequest(StrictRequest):
+    """CONTRACT §6: the OpenAI chat parameters this gateway validates and forwards."""
+
+    model = Text(max_length=MODEL_ID_MAX)
+    messages = serializers.ListField(child=ChatMessage(), allow_empty=False)
+    stream = optional(Boolean, default=False)
+    stream_options = optional(StreamOptions)
+    temperature = optional(Number, min_value=0, max_value=2)
+    top_p = optional(Number, min_value=0, max_value=1)
+    max_tokens = optional(Integer, min_value=1)
+    max_completion_tokens = optional(Integer, min_value=1)
+    stop = optional(StopSequences)
+    tools = optional(serializers.ListField, child=Tool(), max_length=128)
+    tool_choice = optional(ToolChoice)
+    response_format = optional(JsonObject)
+    seed = optional(Integer)
+    user = optional(Text, max_length=256)
+    n = optional(Integer, min_value=1, max_value=128)
+    presence_penalty = optional(Number, min_value=-2, max_value=2)
+    frequency_penalty = optional(Number, min_value=-2, max_value=2)
+    logit_bias = optional(LogitBias)
+    logprobs = optional(Boolean)
+    top_logprobs = optional(Integer, min_value=0, max_value=20)
+    parallel_tool_calls = optional(Boolean)
+
+    def validate(self, attrs):
+        if attrs.get("stream_options") is not None and not attrs.get("stream"):
+            raise ValidationError({"stream_options": [ErrorDetail("stream_options is only allowed with stream: true.",
+                                                                  code="invalid")]})
+        format_ = attrs.get("response_format")
+        if format_ is not None and not isinstance(format_.get("type"), str):
+            raise ValidationError({"response_format": {"type": [ErrorDetail("Must be a string.", code="required")]}})
+        return attrs
+
+
+# ---------------------------------------------------------------- images
+
+class ImageGenerationRequest(StrictRequest):
+    model = Text(max_length=MODEL_ID_MAX)
+    prompt = Text(max_length=32000)
+    n = optional(Integer, min_value=1, max_value=10, default=IMAGE_DEFAULTS["n"])
+    size = optional(Text, max_length=20, default=IMAGE_DEFAULTS["size"])
+    quality = optional(Choice, choices=IMAGE_QUALITIES, default=IMAGE_DEFAULTS["quality"])
+    response_format = optional(Choice, choices=IMAGE_FORMATS, default=IMAGE_DEFAULTS["response_format"])
+    style = optional(Choice, choices=IMAGE_STYLES, default=IMAGE_DEFAULTS["style"])
+    user = optional(Text, max_length=256)
+
+    def validate_size(self, value):
+        match = IMAGE_SIZE_RE.match(value)
+        if not match:
+            _fail("Must look like WIDTHxHEIGHT, e.g. 1024x1024.")
+        low, high = IMAGE_SIDE
+        if not all(low <= int(side) <= high for side in match.groups()):
+            _fail(f"Each side must be between {low} and {high} pixels.")
+        return value
+
+    def to_internal_value(self, data):
+        # Defaults of optional members apply when they are absent or null.
+        return {**IMAGE_DEFAULTS, **super().to_internal_value(data)}
+
+
+def image_dimensions(size: str) -> tuple[int, int]:
+    width, height = IMAGE_SIZE_RE.match(size).groups()
+    return int(width), int(height)
+
+
+# ---------------------------------------------------------------- speech
+
+@extend_schema_field({"oneOf": [{"type": "string"}, {"type": "object", "properties": {"id": {"type": "string"}}}]})
+class Voice(serializers.Field):
+    """A voice name, or ``{"id": ...}`` for a custom voice (as the OpenAI SDK allows)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, str) and 1 <= len(data) <= 64:
+            return data
+        if isinstance(data, dict) and isinstance(data.get("id"), str) and 1 <= len(data["id"]) <= 200:
+            return data
+        _fail("Must be a voice name (1 to 64 characters) or an object with a string 'id'.")
+
+    def to_representation(self, value):
+        return value
+
+
+class SpeechRequest(StrictRequest):
+    model = Text(max_length=MODEL_ID_MAX)
+    input = Text(max_length=SPEECH_INPUT_MAX)
+    voice = Voice()
+    response_format = optional(Choice, choices=SPEECH_FORMATS, default=SPEECH_DEFAULTS["response_format"])
+    speed = optional(Number, min_value=SPEECH_SPEED[0], max_value=SPEECH_SPEED[1], default=SPEECH_DEFAULTS["speed"])
+    instructions = optional(Text, max_length=4096)
+
+    def to_internal_value(self, data):
+        return {**SPEECH_DEFAULTS, **super().to_internal_value(data)}
+
+
+# ---------------------------------------------------------------- embeddings
+
+@extend_schema_field({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]})
+class EmbeddingInput(serializers.Field):
+    def to_internal_value(self, data):
+        if isinstance(data, str):
+            if not data:
+                _fail("Must not be empty.", code="blank")
+            return data
+        if not isinstance(data, list) or not data:
+            _fail("Must be a string or a non-empty array of strings.")
+        if len(data) > EMBEDDING_BATCH_MAX:
+            _fail(f"At most {EMBEDDING_BATCH_MAX} inputs per request.")
+        errors = {index: [ErrorDetail("Must be a non-empty string.", code="invalid")]
+                  for index, item in enumerate(data) if not isinstance(item, str) or not item}
+        if errors:
+            raise ValidationError(errors)
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
+class EmbeddingsRequest(StrictRequest):
+    model = Text(max_length=MODEL_ID_MAX)
+    input = EmbeddingInput()
+    encoding_format = optional(Choice, choices=EMBEDDING_FORMATS, default="float")
+    dimensions = optional(Integer, min_value=1, max_value=MAX_EMBEDDING_DIMENSIONS)
+    user = optional(Text, max_length=256)
+
+    def to_internal_value(self, data):
+        return {"encoding_format": "float", **super().to_internal_value(data)}
+
+
+# ---------------------------------------------------------------- response shapes (OpenAPI)
+
+class Usage(serializers.Serializer):
+    prompt_tokens = serializers.IntegerField()
+    completion_tokens = serializers.IntegerField(required=False)
+    total_tokens = serializers.IntegerField()
+
+
+class ChatChoiceMessage(serializers.Serializer):
+    role = serializers.CharField()
+    content = serializers.CharField(allow_null=True)
+
+
+class ChatChoice(serializers.Serializer):
+    index = serializers.IntegerField()
+    message = ChatChoiceMessage()
+    logprobs = serializers.JSONField(allow_null=True)
+    finish_reason = serializers.CharField(allow_null=True)
+
+
+class ChatCompletion(serializers.Serializer):
+    id = serializers.CharField()
+    object = serializers.CharField(help_text="chat.completion")
+    created = serializers.IntegerField()
+    model = serializers.CharField()
+    choices = ChatChoice(many=True)
+    usage = Usage(required=False)
+    system_fingerprint = serializers.CharField(allow_null=True, required=False)
+
+
+class GeneratedImage(serializers.Serializer):
+    url = serializers.CharField(allow_null=True, help_text="Filled when response_format is url.")
+    b64_json = serializers.CharField(allow_null=True, help_text="Filled when response_format is b64_json.")
+    revised_prompt = serializers.CharField(required=False)
+
+
+class ImageGenerationResult(serializers.Serializer):
+    created = serializers.IntegerField()
+    data = GeneratedImage(many=True)
+    remaining_credits = serializers.IntegerField()
+
+
+class SpeechResult(serializers.Serializer):
+    object = serializers.CharField(help_text="audio.speech")
+    model = serializers.CharField()
+    audio_url = serializers.CharField()
+    format = serializers.CharField(help_text="Format of the stored file (local models write wav).")
+    content_type = serializers.CharField()
+    created = serializers.IntegerField()
+    remaining_credits = serializers.IntegerField()
+
+
+class EmbeddingItem(serializers.Serializer):
+    object = serializers.CharField(help_text="embedding")
+    index = serializers.IntegerField()
+    embedding = serializers.JSONField(help_text="Array of floats, or base64 of little-endian float32.")
+
+
+class EmbeddingsResult(serializers.Serializer):
+    object = serializers.CharField(help_text="list")
+    data = EmbeddingItem(many=True)
+    model = serializers.CharField()
+    usage = Usage()
+    embedding = serializers.JSONField(help_text="One vector for a string input, a list of vectors for an array.")
+    remaining_credits = serializers.IntegerField()

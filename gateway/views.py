@@ -1,0 +1,170 @@
+"""HTTP views of the metered model operations: parse, call one service, answer.
+
+The rules live in gateway.serializers (what a valid request is) and
+gateway.services (the metering pipeline); these views only translate.
+"""
+from django.http import FileResponse, HttpResponse, StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from gateway import media, serializers, services
+from keys.auth import BearerKeyAuthentication, HasApiKey
+from keys.models import ApiKey
+from utils_app.errors import GatewayError, NotFound, json_error, parse_json_object
+from utils_app.schema import error_responses
+
+ERRORS = error_responses(400, 401, 402, 403, 404, 413, 429, 500, 502, 504)
+METERED_HEADERS = ("Every answer also carries X-Remaining-Credits and X-RateLimit-Limit-Requests, "
+                   "X-RateLimit-Remaining-Requests, X-RateLimit-Reset-Requests (the minute window).")
+
+
+class JsonNegotiation(BaseContentNegotiation):
+    """JSON whatever the Accept header says.
+
+    Speech sends raw audio and chat an event stream on their own terms, and errors
+    are JSON for everyone; DRF's default negotiation would instead refuse an
+    ``Accept: application/octet-stream`` client with 406 before even authenticating.
+    """
+
+    def select_parser(self, request, parsers):
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
+def wants_raw_audio(accept: str) -> bool:
+    """Whether the Accept header prefers audio bytes (audio/*, octet-stream) over JSON, by q-value."""
+    raw_q = json_q = 0.0
+    for part in accept.split(","):
+        media_type, *params = (piece.strip() for piece in part.split(";"))
+        quality = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        media_type = media_type.lower()
+        if media_type == "application/octet-stream" or media_type.startswith("audio/"):
+            raw_q = max(raw_q, quality)
+        elif media_type == "application/json":
+            json_q = max(json_q, quality)
+    return raw_q > json_q
+
+
+def respond(outcome: services.Outcome):
+    if outcome.stream is not None:
+        response = StreamingHttpResponse(outcome.stream, content_type="text/event-stream; charset=utf-8")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"  # asks an nginx-style proxy in front not to buffer the events
+    elif outcome.content is not None:
+        response = HttpResponse(outcome.content, content_type=outcome.content_type)
+    else:
+        response = Response(outcome.body)
+    for name, value in outcome.headers.items():
+        response[name] = value
+    return response
+
+
+class MeteredView(APIView):
+    authentication_classes = [BearerKeyAuthentication]
+    permission_classes = [HasApiKey]
+    content_negotiation_class = JsonNegotiation
+    request_serializer: type[serializers.StrictRequest]
+
+    def read(self, request) -> tuple[dict, set]:
+        """The validated body and the members the client sent."""
+        return self.request_serializer(data=parse_json_object(request.body)).validated()
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        # Refusals before the charge (400, 403, 404…) still tell an authenticated client its balance.
+        if isinstance(request.user, ApiKey) and "X-Remaining-Credits" not in response:
+            response["X-Remaining-Credits"] = str(request.user.credits)
+        return response
+
+
+class ChatCompletionsView(MeteredView):
+    request_serializer = serializers.ChatCompletionRequest
+
+    @extend_schema(
+        operation_id="create_chat_completion", tags=["models"],
+        summary="Chat completion (optionally streamed as server-sent events)",
+        description="Costs the model's `cost`. With `stream: true` the answer is `text/event-stream`: "
+                    "`data: {chunk}` events then `data: [DONE]`. " + METERED_HEADERS,
+        request=serializers.ChatCompletionRequest,
+        responses={(200, "application/json"): serializers.ChatCompletion,
+                   (200, "text/event-stream"): OpenApiTypes.STR, **ERRORS},
+    )
+    def post(self, request):
+        params, _ = self.read(request)
+        return respond(services.chat_completion(request=request, key=request.user, params=params))
+
+
+class ImageGenerationsView(MeteredView):
+    request_serializer = serializers.ImageGenerationRequest
+
+    @extend_schema(
+        operation_id="create_image", tags=["models"], summary="Image generation",
+        description="Costs the model's `cost` times `n`. `url` results are stored by the service and "
+                    "served from /media/. " + METERED_HEADERS,
+        request=serializers.ImageGenerationRequest,
+        responses={200: serializers.ImageGenerationResult, **ERRORS},
+    )
+    def post(self, request):
+        params, sent = self.read(request)
+        return respond(services.generate_images(request=request, key=request.user, params=params, sent=sent))
+
+
+class SpeechView(MeteredView):
+    request_serializer = serializers.SpeechRequest
+
+    @extend_schema(
+        operation_id="create_speech", tags=["models"], summary="Speech synthesis",
+        description="JSON with `audio_url` by default; the raw audio bytes when `Accept` prefers "
+                    "`audio/*` or `application/octet-stream` (as the OpenAI SDK sends). " + METERED_HEADERS,
+        request=serializers.SpeechRequest,
+        responses={(200, "application/json"): serializers.SpeechResult,
+                   (200, "application/octet-stream"): OpenApiResponse(OpenApiTypes.BINARY, description="Audio"),
+                   **ERRORS},
+    )
+    def post(self, request):
+        params, sent = self.read(request)
+        raw = wants_raw_audio(request.META.get("HTTP_ACCEPT", ""))
+        return respond(services.synthesize_speech(request=request, key=request.user, params=params, sent=sent,
+                                                  raw=raw))
+
+
+class EmbeddingsView(MeteredView):
+    request_serializer = serializers.EmbeddingsRequest
+
+    @extend_schema(
+        operation_id="create_embeddings", tags=["models"], summary="Embeddings",
+        description="`embedding` is one vector for a string input and a list of vectors for an array; "
+                    "`data`, `model` and `usage` follow OpenAI's shape. " + METERED_HEADERS,
+        request=serializers.EmbeddingsRequest,
+        responses={200: serializers.EmbeddingsResult, **ERRORS},
+    )
+    def post(self, request):
+        params, sent = self.read(request)
+        return respond(services.create_embeddings(request=request, key=request.user, params=params, sent=sent))
+
+
+def serve_media(request, name: str):
+    """A generated image or audio file. The random name is the credential; no key is needed."""
+    if request.method not in ("GET", "HEAD"):
+        return json_error(GatewayError(f"Method {request.method} is not allowed here.", status=405,
+                                       type="invalid_request_error", code="method_not_allowed"))
+    found = media.locate(name)
+    if found is None:
+        return json_error(NotFound("No such media file (it may have expired).", code="media_not_found"))
+    path, content_type = found
+    response = FileResponse(path.open("rb"), content_type=content_type)
+    # The name never points at other content, so caches may keep it for as long as it exists.
+    response["Cache-Control"] = "public, max-age=86400, immutable"
+    return response

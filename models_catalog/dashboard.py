@@ -1,0 +1,302 @@
+"""Figures for the staff pages: the usage dashboard and a key's usage panel.
+
+Aggregates over days come from the rollup tables (ModelHourlyUsage,
+KeyDailyUsage), which hold one row per model-hour or key-model-day whatever the
+number of events, so these pages cost the same with ten events or ten million.
+Only two figures read UsageEvent itself, each through an index: the p95 latency
+of the last 24 hours ((model, created_at)) and a key's last 24 hours and recent
+requests ((key, created_at)).
+
+Charts are drawn on the server as SVG: this module computes the geometry, the
+templates only place it, and the page needs no JavaScript library and no network.
+"""
+import math
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta
+from datetime import timezone as dt_timezone
+
+from django.db import connection
+from django.db.models import Aggregate, Count, IntegerField, Q, Sum
+from django.db.models.functions import TruncDate
+from django.utils import timezone
+
+from keys.models import TIERS, ApiKey
+from models_catalog.models import AiModel, KeyDailyUsage, ModelHourlyUsage, UsageEvent
+
+WINDOWS = (7, 30, 90)  # days the dashboard offers
+RECENT_REQUESTS = 20
+TOP = 10
+COUNTERS = ("requests", "completed", "failed", "credits", "input_tokens", "output_tokens", "latency_ms_total")
+
+
+# ------------------------------------------------------------------ charts
+
+@dataclass(frozen=True)
+class Bar:
+    x: float
+    y: float
+    width: float
+    height: float
+    css: str
+    title: str
+
+
+@dataclass(frozen=True)
+class Tick:
+    position: float
+    label: str
+
+
+@dataclass
+class BarChart:
+    """A (stacked) column chart in a fixed coordinate space; the SVG viewBox scales it to any width."""
+
+    title: str
+    width: int = 720
+    height: int = 240
+    left: int = 48  # room for the y labels
+    bottom: int = 22  # room for the x labels
+    bars: list = field(default_factory=list)
+    y_ticks: list = field(default_factory=list)
+    x_ticks: list = field(default_factory=list)
+    legend: list = field(default_factory=list)  # (css class, label)
+    total: int = 0
+
+    @property
+    def plot_height(self) -> int:
+        return self.height - self.bottom
+
+    @property
+    def has_data(self) -> bool:
+        return self.total > 0
+
+
+def nice_ceiling(value: float) -> int:
+    """The smallest 1, 2 or 5 times a power of ten that is >= value (so the axis reads well)."""
+    if value <= 0:
+        return 1
+    power = 10 ** math.floor(math.log10(value))
+    for step in (1, 2, 5, 10):
+        if step * power >= value:
+            return int(step * power) if step * power >= 1 else 1
+    return int(10 * power)
+
+
+def short_number(value: int) -> str:
+    for limit, suffix in ((1_000_000_000, "G"), (1_000_000, "M"), (1_000, "k")):
+        if abs(value) >= limit:
+            return f"{value / limit:.3g}{suffix}"
+    return str(value)
+
+
+def column_chart(*, title: str, labels: list[str], series: list[tuple[str, str, list[int]]],
+                 unit: str) -> BarChart:
+    """Columns over ``labels``; each entry of ``series`` is (name, css class, values), stacked in order."""
+    chart = BarChart(title=title, legend=[(css, name) for name, css, _ in series])
+    count = len(labels)
+    sums = [sum(values[i] for _, _, values in series) for i in range(count)]
+    chart.total = sum(sums)
+    top = nice_ceiling(max(sums, default=0))
+    plot_width = chart.width - chart.left
+    slot = plot_width / max(count, 1)
+    gap = min(2.0, slot * 0.2)
+    scale = chart.plot_height / top
+    for i, label in enumerate(labels):
+        base = chart.plot_height
+        for name, css, values in series:
+            value = values[i]
+            if value <= 0:
+                continue
+            height = value * scale
+            base -= height
+            chart.bars.append(Bar(x=round(chart.left + i * slot + gap / 2, 2), y=round(base, 2),
+                                  width=round(slot - gap, 2), height=round(height, 2), css=css,
+                                  title=f"{label}: {value:,} {name} {unit}".replace("  ", " ")))
+    for fraction in (0, 0.25, 0.5, 0.75, 1):
+        chart.y_ticks.append(Tick(position=round(chart.plot_height * (1 - fraction), 2),
+                                  label=short_number(round(top * fraction))))
+    every = max(1, math.ceil(count / 8))  # at most about eight date labels, whatever the window
+    for i in range(0, count, every):
+        chart.x_ticks.append(Tick(position=round(chart.left + (i + 0.5) * slot, 2), label=labels[i]))
+    return chart
+
+
+# ------------------------------------------------------------------ time windows
+
+def _day_start(day: date) -> datetime:
+    return datetime.combine(day, time.min, tzinfo=dt_timezone.utc)
+
+
+def _days(first: date, last: date) -> list[date]:
+    return [first + timedelta(days=i) for i in range((last - first).days + 1)]
+
+
+def _percent(part: int, whole: int) -> float | None:
+    return round(100 * part / whole, 1) if whole else None
+
+
+# ------------------------------------------------------------------ p95 latency
+
+class _Percentile95(Aggregate):
+    """PostgreSQL's nearest-rank percentile: the smallest latency with 95 % of requests at or below it."""
+
+    function = "PERCENTILE_DISC"
+    template = "%(function)s(0.95) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = IntegerField()
+
+
+def p95_latency_by_model(since: datetime, model_ids: list[int]) -> dict[int, int]:
+    """Nearest-rank p95 of latency_ms per model since ``since``, read over the (model, created_at) index."""
+    events = UsageEvent.objects.filter(created_at__gte=since, model_id__in=model_ids)
+    if connection.vendor == "postgresql":
+        rows = events.values("model_id").annotate(p95=_Percentile95("latency_ms")).order_by()
+        return {row["model_id"]: row["p95"] for row in rows}
+    # SQLite has no percentile function: count, then fetch the value at the
+    # nearest rank, both through the index, one model at a time.
+    result = {}
+    for model_id in model_ids:
+        scoped = events.filter(model_id=model_id)
+        total = scoped.count()
+        if total:
+            rank = math.ceil(0.95 * total) - 1
+            result[model_id] = scoped.order_by("latency_ms").values_list("latency_ms", flat=True)[rank]
+    return result
+
+
+# ------------------------------------------------------------------ the dashboard
+
+def overview(*, days: int = 30, now: datetime | None = None) -> dict:
+    """Everything the usage dashboard shows, for the last ``days`` days (today included)."""
+    now = now or timezone.now()
+    today = now.astimezone(dt_timezone.utc).date()
+    first_day = today - timedelta(days=days - 1)
+    window = ModelHourlyUsage.objects.filter(hour__gte=_day_start(first_day))
+
+    per_day = {row["day"]: row for row in window.annotate(day=TruncDate("hour")).values("day").annotate(
+        completed=Sum("completed"), failed=Sum("failed"), credits=Sum("credits")).order_by()}
+    day_list = _days(first_day, today)
+    labels = [day.strftime("%m-%d") for day in day_list]
+
+    def series(name):
+        return [(per_day.get(day) or {}).get(name) or 0 for day in day_list]
+
+    requests_chart = column_chart(title="Requests per day", labels=labels, unit="requests",
+                                  series=[("completed", "bar-ok", series("completed")),
+                                          ("failed", "bar-failed", series("failed"))])
+    credits_chart = column_chart(title="Credits spent per day", labels=labels, unit="credits",
+                                 series=[("", "bar-credits", series("credits"))])
+
+    totals = window.totals()
+    top_models = list(window.values("model__model_id").annotate(
+        requests=Sum("requests"), failed=Sum("failed"), credits=Sum("credits")).order_by("-requests")[:TOP])
+    _add_shares(top_models)
+
+    top_key_rows = list(KeyDailyUsage.objects.filter(day__gte=first_day).values("key_id").annotate(
+        requests=Sum("requests"), failed=Sum("failed"), credits=Sum("credits")).order_by("-requests")[:TOP])
+    keys = ApiKey.objects.in_bulk([row["key_id"] for row in top_key_rows])
+    for row in top_key_rows:
+        row["key"] = keys.get(row["key_id"])
+    _add_shares(top_key_rows)
+
+    return {
+        "days": days,
+        "windows": WINDOWS,
+        "first_day": first_day,
+        "today": today,
+        "totals": {**totals, "error_pct": _percent(totals["failed"], totals["requests"])},
+        "requests_chart": requests_chart,
+        "credits_chart": credits_chart,
+        "top_models": top_models,
+        "top_keys": top_key_rows,
+        "models_24h": models_last_24h(now=now),
+        "tiers": active_keys_per_tier(),
+    }
+
+
+def _add_shares(rows: list[dict]) -> None:
+    """Width of each row's bar relative to the largest, for the top-10 tables."""
+    largest = max((row["requests"] for row in rows), default=0) or 1
+    for row in rows:
+        row["share"] = round(100 * row["requests"] / largest, 1)
+        row["error_pct"] = _percent(row["failed"], row["requests"])
+
+
+def models_last_24h(*, now: datetime) -> list[dict]:
+    """Requests, error rate, mean and p95 latency per model over the last 24 hours.
+
+    Counts come from the 24 hourly rollup rows ending with the current hour; the
+    p95 reads the events of exactly the last 24 hours.
+    """
+    hour = now.astimezone(dt_timezone.utc).replace(minute=0, second=0, microsecond=0)
+    rows = list(ModelHourlyUsage.objects.filter(hour__gt=hour - timedelta(hours=24)).values(
+        "model_id", "model__model_id").annotate(requests=Sum("requests"), failed=Sum("failed"),
+                                                latency=Sum("latency_ms_total")).order_by("-requests"))
+    p95 = p95_latency_by_model(now - timedelta(hours=24), [row["model_id"] for row in rows])
+    for row in rows:
+        row["error_pct"] = _percent(row["failed"], row["requests"])
+        row["mean_latency"] = round(row["latency"] / row["requests"]) if row["requests"] else None
+        row["p95_latency"] = p95.get(row["model_id"])
+    return rows
+
+
+def active_keys_per_tier() -> list[tuple[str, int]]:
+    counts = dict(ApiKey.objects.active().values_list("tier").annotate(n=Count("id")).order_by())
+    return [(tier, counts.get(tier, 0)) for tier in TIERS]
+
+
+# ------------------------------------------------------------------ one key
+
+def key_usage(key: ApiKey, *, now: datetime | None = None) -> dict:
+    """A key's usage for its staff page: last 24 h and 30 days per model, a daily chart, recent requests."""
+    now = now or timezone.now()
+    today = now.astimezone(dt_timezone.utc).date()
+    first_day = today - timedelta(days=29)
+
+    day_rows = KeyDailyUsage.objects.filter(key=key, day__gte=first_day)
+    per_model_30d = {row["model_id"]: row for row in day_rows.values("model_id").annotate(
+        **{name: Sum(name) for name in COUNTERS}).order_by()}
+    per_model_24h = {row["model_id"]: row for row in UsageEvent.objects.filter(
+        key=key, created_at__gte=now - timedelta(hours=24)).values("model_id").annotate(
+        requests=Count("id"), failed=Count("id", filter=Q(success=False)), credits=Sum("credits_charged"),
+        input_tokens=Sum("input_tokens"), output_tokens=Sum("output_tokens")).order_by()}
+
+    names = dict(AiModel.objects.filter(pk__in=set(per_model_30d) | set(per_model_24h))
+                 .values_list("pk", "model_id"))
+    rows = []
+    for model_id in set(per_model_30d) | set(per_model_24h):
+        day = per_model_24h.get(model_id) or {}
+        month = per_model_30d.get(model_id) or {}
+        rows.append({
+            "model": names.get(model_id, "?"),
+            "requests_24h": day.get("requests") or 0,
+            "failed_24h": day.get("failed") or 0,
+            "credits_24h": day.get("credits") or 0,
+            "requests_30d": month.get("requests") or 0,
+            "failed_30d": month.get("failed") or 0,
+            "credits_30d": month.get("credits") or 0,
+            "tokens_30d": (month.get("input_tokens") or 0) + (month.get("output_tokens") or 0),
+        })
+    rows.sort(key=lambda row: (-row["requests_30d"], -row["requests_24h"], row["model"]))
+
+    def total(name):
+        return sum(row[name] for row in rows)
+
+    per_day = {row["day"]: row for row in day_rows.values("day").annotate(
+        completed=Sum("completed"), failed=Sum("failed")).order_by()}
+    day_list = _days(first_day, today)
+    chart = column_chart(
+        title="Requests per day (30 days)", labels=[day.strftime("%m-%d") for day in day_list], unit="requests",
+        series=[("completed", "bar-ok", [(per_day.get(d) or {}).get("completed") or 0 for d in day_list]),
+                ("failed", "bar-failed", [(per_day.get(d) or {}).get("failed") or 0 for d in day_list])])
+
+    recent = list(UsageEvent.objects.filter(key=key).select_related("model")
+                  .order_by("-created_at", "-id")[:RECENT_REQUESTS])
+    return {
+        "per_model": rows,
+        "totals_24h": {"requests": total("requests_24h"), "failed": total("failed_24h"),
+                       "credits": total("credits_24h")},
+        "totals_30d": {"requests": total("requests_30d"), "failed": total("failed_30d"),
+                       "credits": total("credits_30d"), "tokens": total("tokens_30d")},
+        "chart": chart,
+        "recent": recent,
+    }

@@ -1,0 +1,11 @@
+from django.contrib import admin
+
+from community.models import Guild
+
+
+@admin.register(Guild)
+class GuildAdmin(admin.ModelAdmin):
+    list_display = ("name", "invite_code", "position", "listed", "updated_at")
+    list_editable = ("position", "listed")
+    list_filter = ("listed",)
+    search_fields = ("name", "invite_code", "description")

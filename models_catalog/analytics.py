@@ -29,9 +29,10 @@ log = logging.getLogger("gateway.analytics")
 COUNTERS = ("requests", "completed", "failed", "input_tokens", "output_tokens", "credits")
 ZERO = dict.fromkeys(COUNTERS, 0)
 
-# A usage row is stamped when its request starts and written when it ends; requests
-# end within the server's timeout (minutes). Hours further back than this margin are
-# treated as closed. A row back-dated past it (an import) is counted from the next hour on.
+# The gateway stamps a usage row with the time it writes it (gateway.services), so
+# hours further back than this margin receive nothing new; the margin also covers a
+# stamp taken a while before the insert lands. A row back-dated past it by hand (an
+# import) is counted from the next hour on.
 SETTLE = timedelta(hours=1)
 CLOSED_CACHE_SECONDS = 2 * 3600
 

@@ -3,6 +3,7 @@ import json
 import pytest
 
 from keys.models import ApiKey, AuditLog, digest_secret
+from models_catalog.models import AiModel, Provider, UsageEvent
 from tests.conftest import bearer
 
 pytestmark = pytest.mark.django_db
@@ -283,6 +284,9 @@ def test_a_revoked_key_gets_401_everywhere_and_the_revocation_is_audited(client,
     assert config_of(key)[6] is False
     error = error_of(client.get("/v1/statistic/key", **bearer(secret)), 401)
     assert error["code"] == "invalid_api_key"
+    error = error_of(client.post("/v1/chat/completions", {"model": "local-chat", "messages": []},
+                                 content_type="application/json", **bearer(secret)), 401)
+    assert error["code"] == "invalid_api_key"
     entry = AuditLog.objects.get(action="revoke_key")
     assert (entry.actor, entry.key_id, entry.before["is_active"], entry.after["is_active"]) == (
         f"key {admin.prefix}…", key.pk, True, False)
@@ -321,3 +325,62 @@ def test_a_bad_revoke_request_is_a_400(client, admin_key, body, param, code):
     _, admin_secret = admin_key
     error = error_of(post(client, "/admin/revoke-key", body, admin_secret), 400)
     assert (error["param"], error["code"]) == (param, code)
+
+
+# ---------------------------------------------------------------- the next request sees the change
+
+def chat(client, secret, model="local-chat"):
+    return client.post("/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": "hi"}]},
+                       content_type="application/json", **bearer(secret))
+
+
+def test_a_tier_upgrade_unlocks_a_model_on_the_very_next_request(client, seeded, admin_key, target):
+    _, admin_secret = admin_key
+    key, secret = target
+    AiModel.objects.create(model_id="local-chat-premium", type="chat", owned_by="local", cost=1,
+                           tiers=["premium"], provider=Provider.objects.get(name="local"))
+    refused = chat(client, secret, "local-chat-premium")
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "model_not_allowed"
+
+    assert post(client, "/admin/update-key", {"key": secret, "update": {"tier": "premium"}},
+                admin_secret).status_code == 200
+    allowed = chat(client, secret, "local-chat-premium")
+    assert allowed.status_code == 200, allowed.content
+    assert allowed.json()["model"] == "local-chat-premium"
+
+    assert post(client, "/admin/update-key", {"key": secret, "update": {"tier": "free"}},
+                admin_secret).status_code == 200
+    assert chat(client, secret, "local-chat-premium").status_code == 403
+    assert UsageEvent.objects.filter(key=key).count() == 1
+
+
+def test_a_lowered_rpm_applies_on_the_very_next_request(client, seeded, admin_key, target):
+    _, admin_secret = admin_key
+    key, secret = target
+    for _ in range(3):
+        assert chat(client, secret).status_code == 200
+    assert post(client, "/admin/update-key", {"key": secret, "update": {"rpm": 3}}, admin_secret).status_code == 200
+    limited = chat(client, secret)
+    assert limited.status_code == 429
+    assert (limited.json()["error"]["code"], limited.json()["error"]["param"]) == ("rate_limit_exceeded", "rpm")
+    assert limited["X-RateLimit-Limit-Requests"] == "3"
+    assert int(limited["Retry-After"]) >= 1
+    assert post(client, "/admin/update-key", {"key": secret, "update": {"rpm": 10}}, admin_secret).status_code == 200
+    assert chat(client, secret).status_code == 200
+
+
+def test_credits_set_by_an_admin_apply_on_the_very_next_request(client, seeded, admin_key, target):
+    _, admin_secret = admin_key
+    key, secret = target
+    post(client, "/admin/update-key", {"key": secret, "update": {"credits": 0}}, admin_secret)
+    broke = chat(client, secret)
+    assert broke.status_code == 402
+    assert broke.json()["error"]["code"] == "insufficient_credits"
+
+    post(client, "/admin/update-key", {"key": secret, "update": {"credits": 5}}, admin_secret)
+    paid = chat(client, secret)
+    assert paid.status_code == 200
+    assert paid["X-Remaining-Credits"] == "4"
+    key.refresh_from_db()
+    assert key.credits == 4

@@ -2,6 +2,7 @@ from datetime import timedelta
 
 import httpx2
 import pytest
+import responses as responses_lib
 from django.test import Client
 from django.utils import timezone
 from openai import OpenAI
@@ -199,3 +200,52 @@ def test_the_web_view_is_served_when_the_cache_is_down(client, seeded, free_key,
     monkeypatch.setattr(analytics.cache, "set", unreachable)
     per_model, global_stats = web_view(client)
     assert per_model["local-chat"]["totalRequests"] == 1 and global_stats["totalRequests"] == 1
+
+
+# ---------------------------------------------------------------- through the chat endpoint
+
+def test_a_chat_moves_its_model_and_global_stats_by_exactly_one_request_and_its_tokens(client, seeded, free_key):
+    key, secret = free_key
+    before, global_before = web_view(client)
+    response = chat(client, secret)
+    assert response.status_code == 200, response.content
+    usage = response.json()["usage"]
+    after, global_after = web_view(client)
+
+    assert after["local-chat"] == {
+        "totalRequests": before["local-chat"]["totalRequests"] + 1,
+        "completedRequests": before["local-chat"]["completedRequests"] + 1,
+        "failedRequests": before["local-chat"]["failedRequests"],
+        "inputTokens": before["local-chat"]["inputTokens"] + usage["prompt_tokens"],
+        "outputTokens": before["local-chat"]["outputTokens"] + usage["completion_tokens"],
+    }
+    assert global_after == {
+        "totalRequests": global_before["totalRequests"] + 1,
+        "totalInputTokens": global_before["totalInputTokens"] + usage["prompt_tokens"],
+        "totalOutputTokens": global_before["totalOutputTokens"] + usage["completion_tokens"],
+    }
+    assert {m: a for m, a in after.items() if m != "local-chat"} == \
+        {m: a for m, a in before.items() if m != "local-chat"}
+    event = UsageEvent.objects.get()
+    assert (event.key_id, event.model.model_id, event.success) == (key.pk, "local-chat", True)
+
+
+@responses_lib.activate
+def test_a_failed_upstream_call_counts_as_failed_and_adds_no_tokens(client, seeded, free_key, monkeypatch):
+    key, secret = free_key
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-upstream-test")
+    responses_lib.add(responses_lib.POST, "https://api.openai.com/v1/chat/completions",
+                      json={"error": {"message": "overloaded"}}, status=503)
+    before, global_before = web_view(client)
+    response = chat(client, secret, model="gpt-4o-mini")
+    assert response.status_code == 502, response.content
+    after, global_after = web_view(client)
+
+    assert after["gpt-4o-mini"] == {**before["gpt-4o-mini"],
+                                    "totalRequests": before["gpt-4o-mini"]["totalRequests"] + 1,
+                                    "failedRequests": before["gpt-4o-mini"]["failedRequests"] + 1}
+    assert global_after == {**global_before, "totalRequests": global_before["totalRequests"] + 1}
+    event = UsageEvent.objects.get()
+    assert (event.success, event.credits_charged) == (False, 0)
+    key.refresh_from_db()
+    assert key.credits == 100

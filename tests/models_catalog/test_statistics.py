@@ -134,3 +134,43 @@ def test_global_statistics_need_no_key(client, seeded):
     assert response.status_code == 200
     assert response.json()["totals"] == counters(0, 0, 0, 0, 0)
     assert len(response.json()["days"]) == 30
+
+
+# ---------------------------------------------------------------- through the chat endpoint
+
+def chat(client, secret, content):
+    return client.post("/v1/chat/completions", {"model": "local-chat", "messages": [{"role": "user", "content": content}]},
+                       content_type="application/json", **bearer(secret))
+
+
+def test_statistics_match_the_chats_the_test_made(client, seeded, make_key):
+    key, secret = make_key(credits=10, max_credits=10)
+    usages = []
+    for content in ("one", "two words", "three words here"):
+        response = chat(client, secret, content)
+        assert response.status_code == 200, response.content
+        usages.append(response.json()["usage"])
+    prompt = sum(u["prompt_tokens"] for u in usages)
+    completion = sum(u["completion_tokens"] for u in usages)
+    cost = AiModel.objects.get(model_id="local-chat").cost
+
+    body = key_statistics(client, secret)
+    expected = counters(3, 3, prompt, completion, 3 * cost)
+    for block in ("allTime", "last24Hours"):
+        assert {name: body[block][name] for name in COUNTER_MEMBERS} == expected
+        assert body[block]["models"] == [{"id": "local-chat", **expected}]
+    assert body["key"]["credits"] == 10 - 3 * cost
+
+    global_body = client.get("/v1/statistic/global").json()
+    assert global_body["totals"] == expected
+    assert global_body["days"][-1] == {"date": timezone.now().date().isoformat(), **expected}
+
+
+def test_reading_statistics_does_not_count_against_the_keys_rate_limit(client, seeded, make_key):
+    _, secret = make_key(rpm=1)
+    for _ in range(3):
+        key_statistics(client, secret)
+    assert chat(client, secret, "first metered request of the minute").status_code == 200
+    response = chat(client, secret, "second")
+    assert response.status_code == 429
+    assert response.json()["error"]["param"] == "rpm"

@@ -155,6 +155,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "utils_app.schema.add_shared_errors"],
 }
 
 CORS_ALLOW_ALL_ORIGINS = env_str("CORS_ALLOWED_ORIGINS", "*") == "*"

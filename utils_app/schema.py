@@ -1,4 +1,5 @@
-"""OpenAPI pieces shared by every view's @extend_schema: the one error body."""
+"""OpenAPI pieces shared by every view's @extend_schema: the one error body, the key scheme, the hook."""
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiResponse, inline_serializer
 from rest_framework import serializers
 
@@ -36,3 +37,42 @@ _MEANING = {
 def error_responses(*statuses: int) -> dict:
     """``responses=`` entries for @extend_schema: each status with the shared error body."""
     return {status: OpenApiResponse(ErrorBody, description=_MEANING.get(status, "Error")) for status in statuses}
+
+
+class BearerKeyScheme(OpenApiAuthenticationExtension):
+    """Describes keys.auth.BearerKeyAuthentication (the SPEC's "Api key auth") in the schema."""
+
+    target_class = "keys.auth.BearerKeyAuthentication"
+    name = "ApiKeyAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer",
+                "description": "Api key auth: send 'Authorization: Bearer <API_KEY>'."}
+
+
+# Paths whose every error leaves as ErrorBody (CONTRACT §4); the HTML landing page is not among them.
+_JSON_ERROR_PATHS = ("/v1/", "/admin/", "/utils/", "/benchmark", "/health")
+_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+
+
+def add_shared_errors(result, generator, request, public):
+    """POSTPROCESSING_HOOK: every JSON operation may answer 500 with the shared error body.
+
+    Views list the errors their own logic raises; the unexpected-error case is
+    the same everywhere, so it is added here instead of on every view.
+    """
+    components = result.get("components", {}).get("schemas", {})
+    if "ErrorBody" not in components:
+        return result
+    for path, operations in result.get("paths", {}).items():
+        if not path.startswith(_JSON_ERROR_PATHS):
+            continue
+        for method, operation in operations.items():
+            if method not in _METHODS:
+                continue
+            responses = operation.setdefault("responses", {})
+            responses.setdefault("500", {
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+                "description": _MEANING[500],
+            })
+    return result

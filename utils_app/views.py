@@ -1,10 +1,28 @@
+import copy
 import logging
+import re
 import time
 
+from corsheaders.middleware import CorsMiddleware
+from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
+from rest_framework import serializers
+from rest_framework.renderers import TemplateHTMLRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
+
+from keys.models import TIERS
+from models_catalog.catalog import snapshot
+from models_catalog.models import MODEL_TYPES
+from utils_app import neko
+from utils_app.limits import PublicAPIView, PublicRateThrottle
+from utils_app.models import Fact
+from utils_app.schema import error_responses
 
 log = logging.getLogger("gateway.health")
 
@@ -31,9 +49,22 @@ def _cache():
         raise RuntimeError("cache did not return the value just written")
 
 
+_HealthCheck = inline_serializer(name="HealthCheck", fields={
+    "status": serializers.ChoiceField(choices=["up", "down"]),
+    "latency_ms": serializers.FloatField(required=False),
+    "error": serializers.CharField(required=False),
+})
+_Health = inline_serializer(name="Health", fields={
+    "status": serializers.ChoiceField(choices=["ok", "degraded"]),
+    "checks": inline_serializer(name="HealthChecks", fields={"database": _HealthCheck, "cache": _HealthCheck}),
+})
+
+
 class HealthView(APIView):
     """200 when the database and the cache answer, 503 when one does not."""
 
+    @extend_schema(operation_id="health", tags=["service"], summary="Database and cache health",
+                   responses={200: _Health, 503: OpenApiResponse(_Health, description="A check failed.")})
     def get(self, request):
         checks = {
             "database": {"vendor": connection.vendor, **_check(_database)},
@@ -42,3 +73,154 @@ class HealthView(APIView):
         healthy = all(check["status"] == "up" for check in checks.values())
         return Response({"status": "ok" if healthy else "degraded", "checks": checks},
                         status=200 if healthy else 503)
+
+
+# ---------------------------------------------------------------- facts
+
+class StrictIntegerField(serializers.IntegerField):
+    """Digits only: DRF's IntegerField would also take "2.0" or " 2 "."""
+
+    def get_value(self, dictionary):
+        # DRF reads an empty query value as "not sent" (so the default); "count=" is a mistake instead.
+        if self.field_name in dictionary:
+            return dictionary.get(self.field_name)
+        return super().get_value(dictionary)
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str) or not re.fullmatch(r"[0-9]+", data):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class FactsQuerySerializer(serializers.Serializer):
+    count = StrictIntegerField(required=False, default=1, min_value=1, max_value=100,
+                               help_text="How many distinct facts to return.",
+                               error_messages={message: "count must be a whole number from 1 to 100."
+                                               for message in ("invalid", "min_value", "max_value", "max_string_length")})
+
+
+class FactsSerializer(serializers.Serializer):
+    facts = serializers.ListField(child=serializers.CharField())
+
+
+class FactsView(PublicAPIView):
+    @extend_schema(operation_id="facts", tags=["utils"], summary="Random facts",
+                   description="count distinct facts in random order (fewer only if staff disabled most of them).",
+                   parameters=[FactsQuerySerializer],
+                   responses={200: FactsSerializer, **error_responses(400, 429)})
+    def get(self, request):
+        query = FactsQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        return Response({"facts": Fact.objects.random_texts(query.validated_data["count"])})
+
+
+# ---------------------------------------------------------------- neko
+
+class NekoImageSerializer(serializers.Serializer):
+    url = serializers.URLField()
+    artist = serializers.CharField(allow_null=True)
+    artist_url = serializers.URLField(allow_null=True)
+    source = serializers.URLField(allow_null=True)
+
+
+class NekoView(PublicAPIView):
+    @extend_schema(operation_id="neko", tags=["utils"], summary="A random neko image",
+                   description="An image URL from the neko upstream, with artist and source when it gives them.",
+                   responses={200: NekoImageSerializer, **error_responses(429, 502, 504)})
+    def get(self, request):
+        return Response(neko.random_image())
+
+
+# ---------------------------------------------------------------- landing page
+
+def public_base_url(request) -> str:
+    return settings.PUBLIC_BASE_URL or request.build_absolute_uri("/").rstrip("/")
+
+
+def landing_context(request) -> dict:
+    """The catalog as the landing page shows it, read from the in-memory snapshot (no query when warm)."""
+    models = sorted(snapshot().models.values(),
+                    key=lambda model: (MODEL_TYPES.index(model.type), model.cost, model.model_id))
+    chat_models = [model for model in models if model.type == "chat"]
+    # The example names a model a new (free) key may call, so it works when pasted.
+    example = next((model for model in chat_models if model.allows_tier("free")),
+                   chat_models[0] if chat_models else None)
+    return {
+        "base_url": public_base_url(request),
+        "tiers": TIERS,
+        "models": [{"id": model.model_id, "type": model.type, "owned_by": model.owned_by, "cost": model.cost,
+                    "per_image": model.type == "image",
+                    "access": [model.allows_tier(tier) for tier in TIERS]} for model in models],
+        "example_model": example.model_id if example else "MODEL_ID",
+    }
+
+
+class LandingView(PublicAPIView):
+    renderer_classes = [TemplateHTMLRenderer]
+
+    @extend_schema(operation_id="landing", tags=["service"], summary="Landing page (HTML)",
+                   description="The service, its model catalog with costs and tiers, and how to call it.",
+                   responses={(200, "text/html"): OpenApiResponse(OpenApiTypes.STR, description="An HTML page.")})
+    def get(self, request):
+        return Response(landing_context(request), template_name="landing.html")
+
+
+# ---------------------------------------------------------------- CORS
+
+def cors_headers(request, method: str) -> dict:
+    """The CORS headers the middleware would add to a ``method`` request like this one.
+
+    Asks django-cors-headers itself, so the answer cannot drift from what it sends.
+    """
+    probe = copy.copy(request)
+    probe.method = method
+    response = CorsMiddleware(lambda _: HttpResponse()).add_response_headers(probe, HttpResponse())
+    return {name.lower(): value for name, value in response.items() if name.lower().startswith("access-control-")}
+
+
+_CorsReport = inline_serializer(name="CorsReport", fields={
+    "origin": serializers.CharField(allow_null=True, help_text="The Origin header this request carried."),
+    "allowed": serializers.BooleanField(help_text="Whether a browser would let that origin read the answer."),
+    "headers": serializers.DictField(child=serializers.CharField(), help_text="CORS headers of this response."),
+    "preflight": serializers.DictField(child=serializers.CharField(),
+                                       help_text="CORS headers a preflight (OPTIONS) would get."),
+})
+
+
+class CorsTestView(PublicAPIView):
+    @extend_schema(operation_id="cors_test", tags=["service"], summary="Echo the CORS decision",
+                   responses={200: _CorsReport, **error_responses(429)})
+    def get(self, request):
+        actual = cors_headers(request._request, "GET")
+        return Response({"origin": request.headers.get("Origin"),
+                         "allowed": "access-control-allow-origin" in actual,
+                         "headers": actual,
+                         "preflight": cors_headers(request._request, "OPTIONS")})
+
+
+# ---------------------------------------------------------------- OpenAPI
+
+_generated_schemas: dict = {}
+
+
+class SchemaView(SpectacularJSONAPIView):
+    """GET /openapi.json, generated from the views' own annotations."""
+
+    throttle_classes = [PublicRateThrottle]
+
+    def _get_schema_response(self, request):
+        # The schema depends only on the code, so each process generates it once
+        # (tens to hundreds of milliseconds of CPU) instead of on every request.
+        urlconf = getattr(request, "urlconf", None) or settings.ROOT_URLCONF
+        if urlconf not in _generated_schemas:
+            response = super()._get_schema_response(request)
+            _generated_schemas[urlconf] = (response.data, dict(response.items()))
+        data, headers = _generated_schemas[urlconf]
+        return Response(data, headers=headers)
+
+
+class DocsView(SpectacularSwaggerView):
+    """GET /docs: Swagger UI served from our own static files (drf-spectacular-sidecar), no CDN."""
+
+    throttle_classes = [PublicRateThrottle]
+    url_name = "openapi-schema"

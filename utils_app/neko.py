@@ -1,0 +1,98 @@
+"""A random neko image from the neko upstream (settings.NEKO_API_URL).
+
+The upstream's answer is kept for a few seconds in the shared cache: a page that
+asks for images in a burst costs the upstream one call, and each client still
+gets a random pick from whatever pool the upstream returned. Works with APIs that
+answer ``{"results": [{"url", "artist_name", "source_url", ...}]}`` (nekos.best)
+and with those that answer a bare ``{"url": ...}``.
+"""
+import logging
+import random
+
+import requests
+from django.conf import settings
+from django.core.cache import cache
+from requests.adapters import HTTPAdapter
+
+from utils_app.errors import UpstreamError
+
+log = logging.getLogger("gateway.neko")
+
+CACHE_SECONDS = 10
+TIMEOUT = (3.05, 5)  # (connect, read) seconds
+CACHE_KEY = "neko:pool"
+
+_session = requests.Session()
+_session.headers["User-Agent"] = "model-gateway/1.0"
+for _scheme in ("https://", "http://"):
+    _session.mount(_scheme, HTTPAdapter(pool_connections=1, pool_maxsize=32))
+
+
+def random_image() -> dict:
+    """``{"url", "artist", "artist_url", "source"}``; raises UpstreamError (502/504)."""
+    pool = _cached_pool()
+    if pool is None:
+        pool = _fetch_pool()
+        try:
+            cache.set(CACHE_KEY, pool, CACHE_SECONDS)
+        except Exception:  # a cache outage costs an upstream call, never the answer
+            log.warning("cache unreachable; neko images not cached", exc_info=True)
+    return random.choice(pool)
+
+
+def _cached_pool() -> list | None:
+    try:
+        return cache.get(CACHE_KEY)
+    except Exception:
+        log.warning("cache unreachable; asking the neko upstream", exc_info=True)
+        return None
+
+
+def _fetch_pool() -> list[dict]:
+    try:
+        response = _session.get(settings.NEKO_API_URL, timeout=TIMEOUT, allow_redirects=False)
+    except requests.Timeout:
+        log.warning("neko upstream timed out")
+        raise UpstreamError("The neko image service did not answer in time.", status=504,
+                            code="upstream_timeout") from None
+    except requests.RequestException as exc:
+        log.warning("neko upstream unreachable: %s", exc.__class__.__name__)
+        raise UpstreamError("The neko image service could not be reached.") from None
+    if response.status_code != 200:
+        log.warning("neko upstream answered %s", response.status_code)
+        raise UpstreamError("The neko image service could not be reached.")
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    pool = [image for image in map(_image, _candidates(body)) if image]
+    if not pool:
+        log.warning("neko upstream sent no usable image")
+        raise UpstreamError("The neko image service sent no usable image.")
+    return pool
+
+
+def _candidates(body) -> list:
+    if isinstance(body, dict) and isinstance(body.get("results"), list):
+        return body["results"]
+    return [body]
+
+
+def _image(item) -> dict | None:
+    if not isinstance(item, dict) or not _is_web_url(item.get("url")):
+        return None
+    # Only http(s) links are passed on: a client may put these straight into a page.
+    return {
+        "url": item["url"],
+        "artist": _text(item.get("artist_name") or item.get("artist")),
+        "artist_url": item.get("artist_href") if _is_web_url(item.get("artist_href")) else None,
+        "source": item.get("source_url") if _is_web_url(item.get("source_url")) else None,
+    }
+
+
+def _is_web_url(value) -> bool:
+    return isinstance(value, str) and value.startswith(("https://", "http://")) and len(value) <= 2000
+
+
+def _text(value) -> str | None:
+    return value[:200] if isinstance(value, str) and value else None

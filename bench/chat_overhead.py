@@ -39,10 +39,13 @@ def run_wrk(url: str, *, connections: int, duration: int, keys_file: Path | None
     env = dict(os.environ, BENCH_MODEL=model, BENCH_RESULT=str(result_file),
                BENCH_KEYS_FILE=str(keys_file) if keys_file else "")
     result_file.unlink(missing_ok=True)
+    load_before = harness.load_average()
     threads = min(connections, 2)  # two cores: more wrk threads would only compete with the server
     subprocess.run([wrk, "-t", str(threads), "-c", str(connections), "-d", f"{duration}s", "--timeout", "10s",
                     "-s", str(WRK_SCRIPT), url], env=env, check=True, stdout=subprocess.DEVNULL, timeout=duration + 60)
-    return json.loads(result_file.read_text().strip().splitlines()[-1])
+    result = json.loads(result_file.read_text().strip().splitlines()[-1])
+    result["load"] = max(load_before, harness.load_average())
+    return result
 
 
 def measure(backend: str, workdir: Path, args) -> list[dict]:
@@ -68,7 +71,7 @@ def measure(backend: str, workdir: Path, args) -> list[dict]:
                               workers=workers, threads=threads)
                 harness.log(f"{backend} c={connections} {name}: {result['rps']:.0f} req/s, "
                             f"p50 {result['p50_us'] / 1000:.2f} ms, p99 {result['p99_us'] / 1000:.2f} ms, "
-                            f"non-2xx {result['non_2xx']}, socket errors {result['socket_errors']}")
+                            f"non-2xx {result['non_2xx']}, socket errors {result['socket_errors']}, load {result['load']}")
                 rows.append(result)
     finally:
         gateway.stop()
@@ -78,8 +81,8 @@ def measure(backend: str, workdir: Path, args) -> list[dict]:
 def table(rows: list[dict]) -> str:
     lines = [
         "| backend (workers×threads) | conns | direct req/s | gateway req/s | ratio | direct p50 / p99 ms "
-        "| gateway p50 / p99 ms | added p50 / p99 ms | local-chat req/s, p50 ms | non-2xx |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| gateway p50 / p99 ms | added p50 / p99 ms | local-chat req/s, p50 ms | non-2xx | load |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     index = {(r["backend"], r["connections"], r["target"]): r for r in rows}
     for backend in dict.fromkeys(r["backend"] for r in rows):
@@ -95,7 +98,8 @@ def table(rows: list[dict]) -> str:
                 f"| {gateway['p50_us'] / 1000:.2f} / {gateway['p99_us'] / 1000:.2f} "
                 f"| {(gateway['p50_us'] - direct['p50_us']) / 1000:.2f} / "
                 f"{(gateway['p99_us'] - direct['p99_us']) / 1000:.2f} "
-                f"| {local['rps']:,.0f}, {local['p50_us'] / 1000:.2f} | {errors} |")
+                f"| {local['rps']:,.0f}, {local['p50_us'] / 1000:.2f} | {errors} "
+                f"| {max(r['load'] for r in (direct, gateway, local)):.1f} |")
     return "\n".join(lines)
 
 
@@ -107,6 +111,7 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=10, help="seconds per wrk run (bounded to 300)")
     parser.add_argument("--keys", type=int, default=100, help="keys the requests go round-robin over")
     parser.add_argument("--out", type=Path, help="also write the raw results as JSON here")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, databases)")
     args = parser.parse_args()
     args.duration = max(1, min(args.duration, 300))
 
@@ -119,6 +124,7 @@ def main() -> None:
             rows += measure(backend, workdir, args)
     finally:
         nginx.stop()
+        harness.remove_workdir(workdir, keep=args.keep)
     started = time.strftime("%Y-%m-%d %H:%M")
     print(f"\nchat_overhead.py, {started}, {args.duration} s per run, {os.cpu_count()} CPUs\n")
     print(table(rows))

@@ -35,6 +35,12 @@ PG_URL = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:543
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/5")
 
 
+def load_average() -> float:
+    """The 1-minute load average: the scripts print it, because other work on the machine skews
+    every figure (2 cores: a load above 2 means the bench was sharing them)."""
+    return round(os.getloadavg()[0], 2)
+
+
 def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
@@ -232,3 +238,11 @@ class Gateway:
 
 def make_workdir(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"gw_{prefix}_"))
+
+
+def remove_workdir(workdir: Path, *, keep: bool) -> None:
+    """Delete a run's temp dir (databases, logs) unless asked to keep it for a look."""
+    if keep:
+        log(f"kept {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)

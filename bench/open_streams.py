@@ -111,10 +111,37 @@ async def burst(port: int, path: str, keys: list[str], model: str, count: int, l
 
 
 def run_level(port: int, path: str, keys: list[str], model: str, count: int, limit_seconds: float) -> dict:
+    load = harness.load_average()
     result = asyncio.run(burst(port, path, keys, model, count, limit_seconds))
+    result["load"] = max(load, harness.load_average())
     # The fake upstream's peak covers its whole life, so each burst gets a fresh upstream.
     result["upstream_peak"] = harness.upstream_stats()["peak_streams"]
     return result
+
+
+def measure(backend: str, workdir: Path, args, limit_seconds: float) -> list[dict]:
+    gateway = harness.Gateway(backend, workdir)
+    keys = gateway.prepare(keys=args.keys)
+    workers, threads = gateway.workers_and_threads()
+    gateway.start()
+    rows = []
+    try:
+        for count in args.streams:
+            for target, port, key_list, model in (
+                ("direct", harness.STREAM_UPSTREAM_PORT, [], "bench-upstream"),
+                ("gateway", gateway.port, keys, "bench-stream"),
+            ):
+                upstream = harness.start_stream_upstream(workdir, chunks=args.chunks, interval=args.interval)
+                try:
+                    result = run_level(port, "/v1/chat/completions", key_list, model, count, limit_seconds)
+                finally:
+                    upstream.stop()
+                result.update(backend=backend, target=target, workers=workers, threads=threads)
+                harness.log(json.dumps(result))
+                rows.append(result)
+    finally:
+        gateway.stop()
+    return rows
 
 
 def main() -> None:
@@ -126,6 +153,7 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=0.5)
     parser.add_argument("--keys", type=int, default=20)
     parser.add_argument("--out", type=Path, help="also write the raw results as JSON here")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, databases)")
     args = parser.parse_args()
     if max(args.streams) > 2000:
         raise SystemExit("at most 2000 streams per burst")
@@ -136,37 +164,22 @@ def main() -> None:
     workdir = harness.make_workdir("stream_bench")
     harness.log(f"work dir {workdir}")
     rows = []
-    for backend in args.backends:
-        gateway = harness.Gateway(backend, workdir)
-        keys = gateway.prepare(keys=args.keys)
-        workers, threads = gateway.workers_and_threads()
-        gateway.start()
-        try:
-            for count in args.streams:
-                for target, port, path, key_list, model in (
-                    ("direct", harness.STREAM_UPSTREAM_PORT, "/v1/chat/completions", [], "bench-upstream"),
-                    ("gateway", gateway.port, "/v1/chat/completions", keys, "bench-stream"),
-                ):
-                    upstream = harness.start_stream_upstream(workdir, chunks=args.chunks, interval=args.interval)
-                    try:
-                        result = run_level(port, path, key_list, model, count, limit_seconds)
-                    finally:
-                        upstream.stop()
-                    result.update(backend=backend, target=target, workers=workers, threads=threads)
-                    harness.log(json.dumps(result))
-                    rows.append(result)
-        finally:
-            gateway.stop()
+    try:
+        for backend in args.backends:
+            rows += measure(backend, workdir, args, limit_seconds)
+    finally:
+        harness.remove_workdir(workdir, keep=args.keep)
 
     print(f"\nopen_streams.py, {time.strftime('%Y-%m-%d %H:%M')}, each stream {args.chunks} chunks "
           f"{args.interval} s apart ({stream_seconds:.0f} s)\n")
     print("| backend (workers×threads) | target | streams opened | held at once (client / upstream) "
-          "| first event ≤ 1 s | first event p50 / max s | completed | failed |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+          "| first event ≤ 1 s | first event p50 / max s | completed | failed | load |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['backend']} ({r['workers']}×{r['threads']}) | {r['target']} | {r['streams']} "
               f"| {r['held_at_once']} / {r['upstream_peak']} | {r['first_event_within_1s']} "
-              f"| {r['first_event_p50_s']} / {r['first_event_max_s']} | {r['completed']} | {r['failed']} |")
+              f"| {r['first_event_p50_s']} / {r['first_event_max_s']} | {r['completed']} | {r['failed']} "
+              f"| {r['load']:.1f} |")
     if args.out:
         args.out.write_text(json.dumps(rows, indent=2))
 

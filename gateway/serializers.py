@@ -286,7 +286,7 @@ class ChatCompletionRequest(StrictRequest):
                                                                   code="invalid")]})
         format_ = attrs.get("response_format")
         if format_ is not None and not isinstance(format_.get("type"), str):
-            raise ValidationError({"response_format": {"type": [ErrorDetail("Must be a string.", code="required")]}})
+            raise ValidationError({"response_format": {"type": [ErrorDetail("A string type is required.", code="required")]}})
         return attrs
 
 

@@ -84,8 +84,11 @@ class MeteredView(APIView):
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
         # Refusals before the charge (400, 403, 404…) still tell an authenticated client its balance.
-        if isinstance(request.user, ApiKey) and "X-Remaining-Credits" not in response:
-            response["X-Remaining-Credits"] = str(request.user.credits)
+        # The key as authentication left it: touching request.user after a refused key would run
+        # the lookup (and its query) again.
+        key = getattr(request, "_user", None)
+        if isinstance(key, ApiKey) and "X-Remaining-Credits" not in response:
+            response["X-Remaining-Credits"] = str(key.credits)
         return response
 
 

@@ -1,0 +1,325 @@
+"""A real, scriptable OpenAI-compatible upstream on 127.0.0.1 and models that point at it.
+
+The fake upstream is an HTTP/1.1 server in a thread (port 0): the gateway talks to
+it over a socket exactly as it would to a real provider, so timeouts, dropped
+connections, chunked event streams and client disconnects are real, not mocked.
+"""
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from keys.models import TIERS
+from models_catalog import catalog
+from models_catalog.models import AiModel, Provider
+from tests.conftest import bearer
+
+UPSTREAM_SECRET = "sk-upstream-secret-0123456789abcdef"
+
+# A valid body for each operation, on the in-process local models.
+LOCAL_BODIES = {
+    "chat": ("/v1/chat/completions", {"model": "local-chat", "messages": [{"role": "user", "content": "Hello"}]}),
+    "image": ("/v1/images/generations", {"model": "local-image", "prompt": "a red fox", "size": "64x64"}),
+    "speech": ("/v1/audio/speech", {"model": "local-speech", "input": "Hello there", "voice": "alloy"}),
+    "embedding": ("/v1/embeddings", {"model": "local-embedding", "input": "Hello"}),
+}
+OPERATIONS = tuple(LOCAL_BODIES)
+UPSTREAM_PATHS = {"chat": "/chat/completions", "image": "/images/generations", "speech": "/audio/speech",
+                  "embedding": "/embeddings"}
+
+
+def body_for(operation: str, model: str | None = None, **changes) -> tuple[str, dict]:
+    path, body = LOCAL_BODIES[operation]
+    body = {**body, **changes}
+    if model:
+        body["model"] = model
+    return path, body
+
+
+def post(client, path: str, body, secret: str | None = None, **extra):
+    headers = bearer(secret) if secret else {}
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    return client.post(path, data, content_type="application/json", **headers, **extra)
+
+
+def assert_error(response, status: int, code: str, type_: str = "invalid_request_error", param=...):
+    assert response.status_code == status, response.content
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert (error["code"], error["type"]) == (code, type_), error
+    if param is not ...:
+        assert error["param"] == param, error
+    return error
+
+
+# ---------------------------------------------------------------- scripted upstream answers
+
+@dataclass
+class Pause:
+    seconds: float
+
+
+@dataclass
+class Gate:
+    """Holds the stream until the test opens it; records whether it was opened in time."""
+
+    timeout: float = 10.0
+    event: threading.Event = field(default_factory=threading.Event)
+    opened_in_time: bool | None = None
+
+    def open(self):
+        self.event.set()
+
+
+DROP = "drop"  # close the connection in the middle of the stream
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: bytes = b""
+    content_type: str = "application/json"
+    delay: float = 0.0
+    stream: list | None = None
+
+
+@dataclass
+class Received:
+    method: str
+    path: str
+    headers: dict
+    body: dict | None
+    peer_port: int = 0  # the gateway's side of the connection: equal ports mean a reused connection
+
+
+def chat_completion(text: str = "Hi from upstream", *, model: str = "upstream-model", prompt_tokens: int = 7,
+                    completion_tokens: int = 4) -> dict:
+    return {"id": "chatcmpl-up", "object": "chat.completion", "created": 1700000000, "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens}}
+
+
+def chunk(content: str | None = None, *, finish_reason=None, usage=None, choices=True) -> dict:
+    delta = {} if content is None else {"content": content}
+    return {"id": "chatcmpl-up", "object": "chat.completion.chunk", "created": 1700000000, "model": "upstream-model",
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+            if choices else [], "usage": usage}
+
+
+def usage_chunk(prompt_tokens: int = 9, completion_tokens: int = 3) -> dict:
+    return chunk(choices=False, usage={"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                                       "total_tokens": prompt_tokens + completion_tokens})
+
+
+class FakeUpstream:
+    def __init__(self):
+        self.replies: dict[str, Reply] = {}
+        self.fallback_reply: Reply | None = None
+        self.calls: list[Received] = []
+        self.files: dict[str, tuple[bytes, str]] = {}
+        self.client_gone = threading.Event()
+        self.events_sent = 0
+        self.release = threading.Event()  # ends every pending delay at teardown
+        upstream = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                upstream.calls.append(Received("GET", self.path, dict(self.headers), None, self.client_address[1]))
+                path = self.path.removeprefix("/v1")
+                if path not in upstream.files:
+                    return self._send(Reply(404, b'{"error": {"message": "no such file"}}'))
+                content, content_type = upstream.files[path]
+                self._send(Reply(200, content, content_type))
+
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    body = None
+                upstream.calls.append(Received("POST", self.path, dict(self.headers), body, self.client_address[1]))
+                path = self.path.removeprefix("/v1")
+                reply = upstream.replies.get(path) or upstream.fallback_reply or Reply(
+                    404, b'{"error": {"message": "no reply scripted"}}')
+                if reply.delay:
+                    upstream.release.wait(reply.delay)
+                if reply.stream is not None:
+                    return self._stream(reply)
+                self._send(reply)
+
+            def _send(self, reply: Reply):
+                self.send_response(reply.status)
+                self.send_header("Content-Type", reply.content_type)
+                self.send_header("Content-Length", str(len(reply.body)))
+                self.end_headers()
+                self.wfile.write(reply.body)
+
+            def _stream(self, reply: Reply):
+                self.send_response(reply.status)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    for step in reply.stream:
+                        if isinstance(step, Pause):
+                            upstream.release.wait(step.seconds)
+                        elif isinstance(step, Gate):
+                            step.opened_in_time = step.event.wait(step.timeout)
+                        elif step == DROP:
+                            self.wfile.flush()
+                            self.connection.shutdown(socket.SHUT_RDWR)
+                            self.close_connection = True
+                            return
+                        else:
+                            data = step if isinstance(step, str) else json.dumps(step)
+                            self._chunk(f"data: {data}\n\n".encode())
+                            upstream.events_sent += 1
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    upstream.client_gone.set()
+                    self.close_connection = True
+
+            def _chunk(self, data: bytes):
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def start(self):
+        self.thread.start()
+
+    def stop(self):
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    # -- scripting
+
+    def json(self, path: str, body: dict, *, status: int = 200, delay: float = 0.0):
+        self.replies[path] = Reply(status, json.dumps(body).encode(), "application/json", delay)
+
+    def raw(self, path: str, body: bytes, *, content_type: str, status: int = 200):
+        self.replies[path] = Reply(status, body, content_type)
+
+    def sse(self, path: str, steps: list, *, status: int = 200):
+        self.replies[path] = Reply(status, stream=steps)
+
+    def fail_all(self, status: int = 500, body: dict | None = None, *, delay: float = 0.0):
+        payload = body or {"error": {"message": "upstream exploded", "type": "server_error", "code": None}}
+        self.fallback_reply = Reply(status, json.dumps(payload).encode(), "application/json", delay)
+
+    def serve_file(self, path: str, content: bytes, content_type: str):
+        self.files[path] = (content, content_type)
+
+    def posts(self) -> list[Received]:
+        return [call for call in self.calls if call.method == "POST"]
+
+    def succeed_all(self):
+        """A correct answer for every operation (speech as mp3 bytes, images as b64)."""
+        import base64
+
+        self.json("/chat/completions", chat_completion())
+        self.json("/images/generations", {"created": 1700000000, "data": [
+            {"b64_json": base64.b64encode(PNG_1X1).decode(), "revised_prompt": "a fox, revised"}]})
+        self.raw("/audio/speech", b"ID3fake-mp3-bytes", content_type="audio/mpeg")
+        self.json("/embeddings", {"object": "list", "model": "up-embed", "data": [
+            {"object": "embedding", "index": 0, "embedding": [0.6, 0.8]}],
+            "usage": {"prompt_tokens": 5, "total_tokens": 5}})
+
+
+# The smallest valid PNG (1x1, grey), for upstream image answers.
+PNG_1X1 = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010800000000"
+    "3a7e9b550000000a49444154789c63600000000200015c0d0a2d0000000049454e44ae426082")
+
+
+def _start_upstream():
+    server = FakeUpstream()
+    server.start()
+    return server
+
+
+@pytest.fixture
+def upstream():
+    server = _start_upstream()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def backup_upstream():
+    server = _start_upstream()
+    yield server
+    server.stop()
+
+
+def closed_port_url() -> str:
+    """An address on which nothing listens: connecting to it is refused at once."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def add_provider(name: str, base_url: str, *, timeout: float = 3.0, api_key_env: str = "FAKE_UPSTREAM_KEY"):
+    return Provider.objects.create(name=name, type="openai", base_url=base_url, api_key_env=api_key_env,
+                                   timeout=timeout)
+
+
+def add_models(provider: Provider, *, prefix: str = "fake", fallbacks=(), cost: int = 1, tiers=TIERS) -> dict:
+    """One model of each type on the provider: {operation: model id}."""
+    ids = {}
+    for operation in OPERATIONS:
+        model_id = f"{prefix}-{operation}"
+        AiModel.objects.create(model_id=model_id, type=operation, owned_by="fake", cost=cost, tiers=list(tiers),
+                               provider=provider, upstream_model=f"up-{operation}", fallbacks=list(fallbacks))
+        ids[operation] = model_id
+    catalog.invalidate()
+    return ids
+
+
+@pytest.fixture
+def fake_models(seeded, upstream, monkeypatch):
+    """fake-chat, fake-image, fake-speech, fake-embedding, served by the fake upstream."""
+    monkeypatch.setenv("FAKE_UPSTREAM_KEY", UPSTREAM_SECRET)
+    ids = add_models(add_provider("fake", upstream.base_url))
+    catalog.snapshot()
+    return ids
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02) -> bool:
+    """Poll until predicate() is true or the time is up; returns the last answer."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())
+
+
+def away_from_minute_edge(key, margin: float = 5.0) -> None:
+    """Wait out the last seconds of the key's fixed minute window, so a limit test cannot
+    straddle two windows. django-ratelimit offsets each key's window by a hash of the key."""
+    from django_ratelimit.core import _get_window
+
+    left = _get_window(str(key.pk), 60) - time.time()
+    if left < margin:
+        time.sleep(max(0.0, left) + 0.2)

@@ -1,0 +1,180 @@
+"""POST /v1/chat/completions without streaming: validation, forwarding, metering."""
+import pytest
+
+from keys.models import ApiKey
+from models_catalog import catalog
+from models_catalog.models import UsageEvent
+from tests.gateway.conftest import UPSTREAM_SECRET, assert_error, chat_completion, post
+
+pytestmark = pytest.mark.django_db
+PATH = "/v1/chat/completions"
+HELLO = [{"role": "user", "content": "Hello"}]
+
+
+def test_the_local_model_answers_with_a_completion_and_is_charged(client, seeded, free_key):
+    key, secret = free_key
+    response = post(client, PATH, {"model": "local-chat", "messages": [{"role": "user", "content": "Tell me a joke"}]},
+                    secret)
+    assert response.status_code == 200
+    body = response.json()
+    assert body["object"] == "chat.completion"
+    assert body["model"] == "local-chat"
+    assert "Tell me a joke" in body["choices"][0]["message"]["content"]
+    assert body["choices"][0]["finish_reason"] == "stop"
+    assert response["X-Remaining-Credits"] == "99"
+    assert response["X-RateLimit-Limit-Requests"] == "60"
+    assert response["X-RateLimit-Remaining-Requests"] == "59"
+    assert response["X-RateLimit-Reset-Requests"].endswith("s")
+    assert ApiKey.objects.get(pk=key.pk).credits == 99
+    event = UsageEvent.objects.get()
+    assert (event.operation, event.status, event.success, event.credits_charged, event.provider) == (
+        "chat", 200, True, 1, "local")
+    assert event.input_tokens == body["usage"]["prompt_tokens"] > 0
+    assert event.output_tokens == body["usage"]["completion_tokens"] > 0
+
+
+def test_the_upstream_gets_its_model_name_its_secret_and_only_the_clients_parameters(client, fake_models, upstream,
+                                                                                  free_key):
+    _, secret = free_key
+    upstream.json("/chat/completions", chat_completion("Forwarded!"))
+    body = {"model": "fake-chat", "messages": HELLO, "temperature": 0.2, "max_tokens": 50, "stop": ["\n"],
+            "tools": [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}],
+            "tool_choice": "auto", "seed": 7, "user": "end-user-1", "logit_bias": {"50256": -100}}
+    response = post(client, PATH, body, secret)
+    assert response.status_code == 200, response.content
+    assert response.json()["choices"][0]["message"]["content"] == "Forwarded!"
+    # The client sees the public id, not the upstream's name for it.
+    assert response.json()["model"] == "fake-chat"
+    call = upstream.posts()[0]
+    assert call.path == "/v1/chat/completions"
+    assert call.headers["Authorization"] == f"Bearer {UPSTREAM_SECRET}"
+    assert secret not in str(call.headers) and secret not in str(call.body)
+    assert call.body == {**body, "model": "up-chat", "stream": False}
+
+
+def test_usage_tokens_come_from_the_upstream_report(client, fake_models, upstream, free_key):
+    _, secret = free_key
+    upstream.json("/chat/completions", chat_completion(prompt_tokens=123, completion_tokens=45))
+    assert post(client, PATH, {"model": "fake-chat", "messages": HELLO}, secret).status_code == 200
+    event = UsageEvent.objects.get()
+    assert (event.input_tokens, event.output_tokens, event.provider) == (123, 45, "fake")
+
+
+@pytest.mark.parametrize("messages, param, code", [
+    ([], "messages", "invalid_value"),
+    ("Hello", "messages", "invalid_value"),
+    ([{"content": "Hi"}], "messages.0.role", "missing_field"),
+    ([{"role": "user", "content": "Hi"}, {"role": "robot", "content": "Hi"}], "messages.1.role", "invalid_value"),
+    ([{"role": "user"}], "messages.0.content", "missing_field"),
+    ([{"role": "user", "content": None}], "messages.0.content", "missing_field"),
+    ([{"role": "user", "content": 12}], "messages.0.content", "invalid_value"),
+    ([{"role": "user", "content": [{"text": "no type"}]}], "messages.0.content.0.type", "invalid_value"),
+    ([{"role": "user", "content": [{"type": "text", "text": 5}]}], "messages.0.content.0.text", "invalid_value"),
+    ([{"role": "tool", "content": "42"}], "messages.0.tool_call_id", "missing_field"),
+    ([{"role": "user", "content": "Hi", "name": 3}], "messages.0.name", "invalid_value"),
+    ([{"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function"}]}],
+     "messages.0.tool_calls.0.function", "missing_field"),
+    (["just a string"], "messages.0", "invalid_value"),
+])
+def test_bad_messages_are_named_by_dotted_path(client, seeded, free_key, messages, param, code):
+    key, secret = free_key
+    assert_error(post(client, PATH, {"model": "local-chat", "messages": messages}, secret), 400, code, param=param)
+    assert ApiKey.objects.get(pk=key.pk).credits == 100
+
+
+@pytest.mark.parametrize("member, value, param", [
+    ("stream", "yes", "stream"),
+    ("temperature", 3, "temperature"),
+    ("temperature", "0.5", "temperature"),
+    ("top_p", True, "top_p"),
+    ("max_tokens", 0, "max_tokens"),
+    ("max_tokens", 1.5, "max_tokens"),
+    ("stop", ["a", "b", "c", "d", "e"], "stop"),
+    ("tool_choice", "sometimes", "tool_choice"),
+    ("n", 0, "n"),
+    ("presence_penalty", -3, "presence_penalty"),
+    ("logit_bias", {"50256": 500}, "logit_bias.50256"),
+    ("logprobs", 1, "logprobs"),
+    ("top_logprobs", 21, "top_logprobs"),
+    ("parallel_tool_calls", "true", "parallel_tool_calls"),
+    ("stream_options", {"include_usage": True}, "stream_options"),
+    ("user", ["not", "a", "string"], "user"),
+])
+def test_forwarded_parameters_are_type_checked(client, seeded, free_key, member, value, param):
+    _, secret = free_key
+    response = post(client, PATH, {"model": "local-chat", "messages": HELLO, member: value}, secret)
+    assert_error(response, 400, "invalid_value", param=param)
+    assert not UsageEvent.objects.exists()
+
+
+@pytest.mark.parametrize("member, value, param", [
+    ("tools", [{"type": "function", "function": {"description": "no name"}}], "tools.0.function.name"),
+    ("tools", [{"function": {"name": "f"}}], "tools.0.type"),
+    ("response_format", {"schema": {}}, "response_format.type"),
+])
+def test_missing_members_inside_parameters_are_missing_field(client, seeded, free_key, member, value, param):
+    _, secret = free_key
+    response = post(client, PATH, {"model": "local-chat", "messages": HELLO, member: value}, secret)
+    assert_error(response, 400, "missing_field", param=param)
+
+
+def test_null_optional_parameters_count_as_absent(client, seeded, free_key):
+    _, secret = free_key
+    body = {"model": "local-chat", "messages": HELLO, "temperature": None, "tools": None, "stream": None}
+    assert post(client, PATH, body, secret).status_code == 200
+
+
+def test_an_assistant_message_with_tool_calls_may_have_null_content(client, fake_models, upstream, free_key):
+    _, secret = free_key
+    upstream.json("/chat/completions", chat_completion())
+    messages = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": None, "refusal": None,
+         "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "Sunny"}]},
+    ]
+    assert post(client, PATH, {"model": "fake-chat", "messages": messages}, secret).status_code == 200
+    forwarded = upstream.posts()[0].body["messages"]
+    assert forwarded[1]["tool_calls"][0]["function"] == {"name": "weather", "arguments": "{}"}
+    # Members a message dump carries but the gateway does not know are not forwarded.
+    assert "refusal" not in forwarded[1]
+
+
+def test_a_successful_request_costs_three_queries(client, seeded, free_key, django_assert_num_queries):
+    _, secret = free_key
+    catalog.snapshot()
+    # Key lookup, the conditional UPDATE of the charge, the usage INSERT (rollups are triggers).
+    with django_assert_num_queries(3):
+        assert post(client, PATH, {"model": "local-chat", "messages": HELLO}, secret).status_code == 200
+
+
+def test_a_failed_upstream_call_costs_one_more_query_for_the_refund(client, fake_models, upstream, free_key,
+                                                                    django_assert_num_queries):
+    _, secret = free_key
+    upstream.fail_all(500)
+    catalog.snapshot()
+    with django_assert_num_queries(4):
+        assert post(client, PATH, {"model": "fake-chat", "messages": HELLO}, secret).status_code == 502
+
+
+def test_a_request_refused_before_the_upstream_costs_only_the_key_lookup(client, seeded, broke_key,
+                                                                         django_assert_num_queries):
+    _, secret = broke_key
+    catalog.snapshot()
+    # The charge is the one conditional UPDATE that finds no row; nothing is refunded or recorded.
+    with django_assert_num_queries(2):
+        assert post(client, PATH, {"model": "local-chat", "messages": HELLO}, secret).status_code == 402
+
+
+def test_openai_without_credentials_fails_fast_without_a_network_call(client, seeded, free_key, monkeypatch):
+    import responses
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    key, secret = free_key
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
+        response = post(client, PATH, {"model": "gpt-4o-mini", "messages": HELLO}, secret)
+        assert len(mock.calls) == 0
+    error = assert_error(response, 502, "upstream_unavailable", "upstream_error")
+    assert "OPENAI_API_KEY is not set" in error["message"]
+    assert ApiKey.objects.get(pk=key.pk).credits == 100
+    assert UsageEvent.objects.get().success is False

@@ -95,7 +95,7 @@ class StrictIntegerField(serializers.IntegerField):
 class FactsQuerySerializer(serializers.Serializer):
     count = StrictIntegerField(required=False, default=1, min_value=1, max_value=100,
                                help_text="How many distinct facts to return.",
-                               error_messages={message: "count must be a whole number from 1 to 100."
+                               error_messages={message: "must be a whole number from 1 to 100."
                                                for message in ("invalid", "min_value", "max_value", "max_string_length")})
 
 

@@ -107,7 +107,10 @@ def test_global_statistics_have_totals_and_thirty_days_ending_today(client, seed
     first, _ = make_key()
     second, _ = make_key()
     today = timezone.now().date()
-    noon = lambda days_ago: datetime.combine(today - timedelta(days=days_ago), time(12), tzinfo=dt_timezone.utc)  # noqa: E731
+
+    def noon(days_ago):
+        return datetime.combine(today - timedelta(days=days_ago), time(12), tzinfo=dt_timezone.utc)
+
     record(first, "local-chat", tokens=(3, 7))
     record(second, "local-chat", success=False, tokens=(2, 0))
     record(first, "local-embedding", tokens=(40, 0), when=noon(1))
@@ -139,8 +142,8 @@ def test_global_statistics_need_no_key(client, seeded):
 # ---------------------------------------------------------------- through the chat endpoint
 
 def chat(client, secret, content):
-    return client.post("/v1/chat/completions", {"model": "local-chat", "messages": [{"role": "user", "content": content}]},
-                       content_type="application/json", **bearer(secret))
+    body = {"model": "local-chat", "messages": [{"role": "user", "content": content}]}
+    return client.post("/v1/chat/completions", body, content_type="application/json", **bearer(secret))
 
 
 def test_statistics_match_the_chats_the_test_made(client, seeded, make_key):

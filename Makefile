@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test setup migrate seed demo-key serve ci bench clean
+.PHONY: run test setup browser migrate seed demo-key serve ci bench clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,8 +29,18 @@ serve: setup
 
 run: demo-key serve
 
-test: setup
+test: setup browser
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The browser tests drive Debian's headless Chromium: installed here when missing and
+# we are root; otherwise they are skipped with the reason (CI installs it in .ci/run).
+browser:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) \
+	      || echo "could not install chromium: the browser tests will be skipped"; \
+	  else echo "chromium/chromedriver missing (not root): the browser tests will be skipped"; fi; \
+	fi
 
 ci:
 	bash .ci/run

@@ -178,6 +178,8 @@ class ApiKeyAdmin(admin.ModelAdmin):
             extra["usage_url"] = reverse("admin:models_catalog_usageevent_changelist") + f"?key={key.pk}"
             extra["audit_url"] = reverse("admin:keys_auditlog_changelist") + f"?key={key.pk}"
             extra["can_change"] = self.has_change_permission(request, key)
+        # "Add another" would lead to the issue page, which is not a form to save into.
+        extra["show_save_and_add_another"] = False
         return super().change_view(request, object_id, form_url, extra)
 
     def _set_active_view(self, request, object_id, active: bool):

@@ -52,10 +52,13 @@ class BarChart:
     """A (stacked) column chart in a fixed coordinate space; the SVG viewBox scales it to any width."""
 
     title: str
-    width: int = 720
-    height: int = 240
-    left: int = 48  # room for the y labels
-    bottom: int = 22  # room for the x labels
+    # About the width a chart gets on the page (half of a desktop screen, or a
+    # whole phone screen), so 12-unit text stays readable after scaling.
+    width: int = 480
+    height: int = 200
+    left: int = 34  # room for the y labels
+    top: int = 8  # room for the top y label
+    bottom: int = 18  # room for the x labels
     bars: list = field(default_factory=list)
     y_ticks: list = field(default_factory=list)
     x_ticks: list = field(default_factory=list)
@@ -63,8 +66,12 @@ class BarChart:
     total: int = 0
 
     @property
-    def plot_height(self) -> int:
+    def baseline(self) -> int:
         return self.height - self.bottom
+
+    @property
+    def plot_height(self) -> int:
+        return self.baseline - self.top
 
     @property
     def has_data(self) -> bool:
@@ -96,13 +103,15 @@ def column_chart(*, title: str, labels: list[str], series: list[tuple[str, str, 
     count = len(labels)
     sums = [sum(values[i] for _, _, values in series) for i in range(count)]
     chart.total = sum(sums)
-    top = nice_ceiling(max(sums, default=0))
+    # Four gridlines at whole, round numbers: the step is rounded, not the top.
+    step = nice_ceiling(max(sums, default=0) / 4)
+    top = step * 4
     plot_width = chart.width - chart.left
     slot = plot_width / max(count, 1)
     gap = min(2.0, slot * 0.2)
     scale = chart.plot_height / top
     for i, label in enumerate(labels):
-        base = chart.plot_height
+        base = chart.baseline
         for name, css, values in series:
             value = values[i]
             if value <= 0:
@@ -112,10 +121,10 @@ def column_chart(*, title: str, labels: list[str], series: list[tuple[str, str, 
             chart.bars.append(Bar(x=round(chart.left + i * slot + gap / 2, 2), y=round(base, 2),
                                   width=round(slot - gap, 2), height=round(height, 2), css=css,
                                   title=f"{label}: {value:,} {name} {unit}".replace("  ", " ")))
-    for fraction in (0, 0.25, 0.5, 0.75, 1):
-        chart.y_ticks.append(Tick(position=round(chart.plot_height * (1 - fraction), 2),
-                                  label=short_number(round(top * fraction))))
-    every = max(1, math.ceil(count / 8))  # at most about eight date labels, whatever the window
+    for index in range(5):
+        chart.y_ticks.append(Tick(position=round(chart.baseline - chart.plot_height * index / 4, 2),
+                                  label=short_number(step * index)))
+    every = max(1, math.ceil(count / 6))  # at most about six date labels, whatever the window
     for i in range(0, count, every):
         chart.x_ticks.append(Tick(position=round(chart.left + (i + 0.5) * slot, 2), label=labels[i]))
     return chart

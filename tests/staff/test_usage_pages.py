@@ -65,7 +65,7 @@ def test_the_dashboard_shows_daily_charts_rankings_latency_and_tiers(staff_clien
 
     body = response.content.decode()
     assert body.count('<rect class="bar ') == len(chart.bars) + len(d["credits_chart"].bars)
-    assert 'id="top-keys"' in body and "190 ms" in body
+    assert 'id="top-keys"' in body and '<td class="num">190</td>' in body
 
 
 def test_the_dashboard_window_can_be_a_week_or_a_quarter(staff_client, traffic):
@@ -142,3 +142,13 @@ def test_usage_events_are_read_only(staff_client, traffic):
     assert staff_client.get(url).status_code == 200
     assert staff_client.post(url, {"status": "200"}).status_code == 403
     assert UsageEvent.objects.get(pk=event.pk).status == event.status
+
+
+def test_chart_gridlines_fall_on_round_numbers_and_bars_stack():
+    chart = dashboard.column_chart(title="t", labels=["a", "b"], unit="requests",
+                                   series=[("completed", "bar-ok", [30, 5]), ("failed", "bar-failed", [9, 0])])
+    assert [tick.label for tick in chart.y_ticks] == ["0", "10", "20", "30", "40"]
+    ok, failed = chart.bars[0], chart.bars[1]
+    assert ok.y + ok.height == chart.baseline and failed.y + failed.height == ok.y  # failed sits on completed
+    assert round(ok.height + failed.height) == round(chart.plot_height * 39 / 40)
+    assert len(chart.bars) == 3 and chart.total == 44

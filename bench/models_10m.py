@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -264,6 +265,7 @@ def main() -> None:
         results = measure(f"http://127.0.0.1:{args.port}", args.requests)
     finally:
         server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
 
     print(f"\nPostgreSQL, {counts['events']:,} usage events over {args.days} days, {args.keys} keys, 10 models; "
           f"ModelHourlyUsage {counts['hourly_rows']:,} rows, KeyDailyUsage {counts['daily_rows']:,} rows"

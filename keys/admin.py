@@ -8,8 +8,7 @@ secret is shown once, on the page that answers the issue form, and never again.
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import F
-from django.http import HttpResponseRedirect
-from django.shortcuts import get_object_or_404
+from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
@@ -183,7 +182,9 @@ class ApiKeyAdmin(admin.ModelAdmin):
         return super().change_view(request, object_id, form_url, extra)
 
     def _set_active_view(self, request, object_id, active: bool):
-        key = get_object_or_404(ApiKey, pk=object_id)
+        key = self.get_object(request, object_id)
+        if key is None:
+            raise Http404("No such key.")
         if request.method != "POST" or not self.has_change_permission(request, key):
             raise PermissionDenied
         set_active(key=key, active=active, actor=staff_actor(request))

@@ -169,11 +169,11 @@ def test_the_provider_form_takes_a_variable_name_not_a_secret(staff_client, seed
 
 
 def test_an_http_provider_needs_a_base_url(staff_client, seeded):
-    response = staff_client.post(reverse("admin:models_catalog_provider_add"),
-                                 {"name": "backup", "type": "openai", "base_url": "", "api_key_env": "", "timeout": "5"})
+    add = reverse("admin:models_catalog_provider_add")
+    fields = {"name": "backup", "base_url": "", "api_key_env": "", "timeout": "5"}
+    response = staff_client.post(add, {**fields, "type": "openai"})
     assert response.status_code == 200 and "needs a base URL" in str(response.context["adminform"].form.errors)
-    response = staff_client.post(reverse("admin:models_catalog_provider_add"),
-                                 {"name": "backup", "type": "local", "base_url": "", "api_key_env": "", "timeout": "5"})
+    response = staff_client.post(add, {**fields, "type": "local"})
     assert response.status_code == 302
     assert AuditLog.objects.get(action="create_provider").after["name"] == "backup"
 

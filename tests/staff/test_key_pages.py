@@ -362,3 +362,8 @@ def test_the_audit_log_is_read_only_and_filters_by_key(staff_client, make_key):
     assert staff_client.post(reverse("admin:keys_auditlog_change", args=[entry.pk]), {"actor": "x"}).status_code == 403
     assert AuditLog.objects.get(pk=entry.pk).actor == entry.actor
     assert AuditLog.objects.filter(key=other).count() == 1
+
+
+def test_revoking_an_unknown_key_is_a_404(staff_client):
+    assert staff_client.post(reverse("admin:keys_apikey_revoke", args=["999"])).status_code == 404
+    assert staff_client.post(reverse("admin:keys_apikey_revoke", args=["not-a-number"])).status_code == 404

@@ -5,19 +5,27 @@ it over a socket exactly as it would to a real provider, so timeouts, dropped
 connections, chunked event streams and client disconnects are real, not mocked.
 """
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
+import requests
+from django.db import connection
 
 from keys.models import TIERS
 from models_catalog import catalog
 from models_catalog.models import AiModel, Provider
 from tests.conftest import bearer
 
+ROOT = Path(__file__).resolve().parents[2]
 UPSTREAM_SECRET = "sk-upstream-secret-0123456789abcdef"
 
 # A valid body for each operation, on the in-process local models.
@@ -117,6 +125,15 @@ def usage_chunk(prompt_tokens: int = 9, completion_tokens: int = 3) -> dict:
                                        "total_tokens": prompt_tokens + completion_tokens})
 
 
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # The gateway drops kept-alive or half-read connections when a stream ends early: expected here.
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            super().handle_error(request, client_address)
+
+
 class FakeUpstream:
     def __init__(self):
         self.replies: dict[str, Reply] = {}
@@ -195,8 +212,7 @@ class FakeUpstream:
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
@@ -323,3 +339,61 @@ def away_from_minute_edge(key, margin: float = 5.0) -> None:
     left = _get_window(str(key.pk), 60) - time.time()
     if left < margin:
         time.sleep(max(0.0, left) + 0.2)
+
+
+# ---------------------------------------------------------------- the service under gunicorn
+
+def _free_port() -> int:
+    for port in range(18100, 18200):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 18100-18199")
+
+
+def _database_url() -> str:
+    db = connection.settings_dict
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
+    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+@contextmanager
+def gunicorn(data_dir: Path, *, workers: int = 1, threads: int = 4):
+    """The working tree served by gunicorn in a subprocess, on the test database (PostgreSQL only:
+    it must be reachable from another process) and on REDIS_URL when the tests have one."""
+    port = _free_port()
+    name = data_dir.name
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log_path = data_dir / "gunicorn.log"
+    env = {**os.environ, "DATABASE_URL": _database_url(), "GATEWAY_DATA_DIR": str(data_dir),
+           "BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": str(workers), "GUNICORN_THREADS": str(threads),
+           "ACCESS_LOG": os.devnull, "LOG_LEVEL": "WARNING"}
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen([str(Path(sys.executable).parent / "gunicorn"), "-c",
+                                    "python:gateway.gunicorn_conf", "gateway.wsgi"],
+                                   cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"gunicorn {name} exited: {log_path.read_text()[-2000:]}")
+            try:
+                if requests.get(f"{base}/health", timeout=5).status_code == 200:
+                    break
+            except requests.RequestException:  # refused or slow: the workers are still booting
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"gunicorn {name} did not start within 60 s: {log_path.read_text()[-2000:]}")
+            time.sleep(0.2)
+        yield base
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

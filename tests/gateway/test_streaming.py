@@ -181,19 +181,21 @@ def test_a_stream_falls_back_to_the_next_provider_when_the_first_fails_early(cli
 
 # ---------------------------------------------------------------- real sockets (live server)
 
-def sdk(live_server, secret):
-    return openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=secret, max_retries=0, timeout=30)
+@pytest.fixture
+def sdk(live_server, free_key):
+    # Closed at the end: a kept-alive connection would hold a live-server thread and its database session.
+    with openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=free_key[1], max_retries=0, timeout=30) as client:
+        yield client
 
 
-def test_chunks_reach_the_client_while_the_upstream_is_still_sending(live_server, fake_models, upstream, free_key):
+def test_chunks_reach_the_client_while_the_upstream_is_still_sending(sdk, fake_models, upstream):
     """Lockstep: the upstream sends its next chunk only after the client has received the
     previous one. Any buffering between them (view, middleware, server) would hold the
     first chunk back, the gates would time out and the test fail."""
-    _, secret = free_key
     gates = [Gate(timeout=10), Gate(timeout=10)]
     upstream.sse("/chat/completions", [chunk("one "), gates[0], chunk("two "), gates[1], chunk("three"),
                                        usage_chunk(), "[DONE]"])
-    stream = sdk(live_server, secret).chat.completions.create(model="fake-chat", messages=HELLO, stream=True)
+    stream = sdk.chat.completions.create(model="fake-chat", messages=HELLO, stream=True)
     received = []
     for part in stream:
         received.append(part.choices[0].delta.content)
@@ -203,11 +205,10 @@ def test_chunks_reach_the_client_while_the_upstream_is_still_sending(live_server
     assert [gate.opened_in_time for gate in gates] == [True, True]
 
 
-def test_chunks_arrive_spread_out_as_the_upstream_sends_them(live_server, fake_models, upstream, free_key):
-    _, secret = free_key
+def test_chunks_arrive_spread_out_as_the_upstream_sends_them(sdk, fake_models, upstream):
     upstream.sse("/chat/completions", [chunk("a"), Pause(0.4), chunk("b"), Pause(0.4), chunk("c"), "[DONE]"])
     arrivals = []
-    for _ in sdk(live_server, secret).chat.completions.create(model="fake-chat", messages=HELLO, stream=True):
+    for _ in sdk.chat.completions.create(model="fake-chat", messages=HELLO, stream=True):
         arrivals.append(time.monotonic())
     assert len(arrivals) == 3
     # Relayed as they come: the first chunk arrives about 0.8 s before the last, not with it.

@@ -256,7 +256,8 @@ class LogitBias(serializers.Field):
 
 
 class ChatCompletionRequest(StrictRequest):
-    """CONTRACT §6: the OpenAI chat parameters this gateway validates and forwards."""
+    """The OpenAI chat parameters the gateway validates and forwards; any other member is refused
+    with unknown_parameter."""
 
     model = Text(max_length=MODEL_ID_MAX)
     messages = serializers.ListField(child=ChatMessage(), allow_empty=False)
@@ -286,13 +287,16 @@ class ChatCompletionRequest(StrictRequest):
                                                                   code="invalid")]})
         format_ = attrs.get("response_format")
         if format_ is not None and not isinstance(format_.get("type"), str):
-            raise ValidationError({"response_format": {"type": [ErrorDetail("A string type is required.", code="required")]}})
+            raise ValidationError({"response_format": {"type": [ErrorDetail("A string type is required.",
+                                                                            code="required")]}})
         return attrs
 
 
 # ---------------------------------------------------------------- images
 
 class ImageGenerationRequest(StrictRequest):
+    """Image generation; any member not listed is refused with unknown_parameter."""
+
     model = Text(max_length=MODEL_ID_MAX)
     prompt = Text(max_length=32000)
     n = optional(Integer, min_value=1, max_value=10, default=IMAGE_DEFAULTS["n"])
@@ -339,6 +343,8 @@ class Voice(serializers.Field):
 
 
 class SpeechRequest(StrictRequest):
+    """Speech synthesis; any member not listed is refused with unknown_parameter."""
+
     model = Text(max_length=MODEL_ID_MAX)
     input = Text(max_length=SPEECH_INPUT_MAX)
     voice = Voice()
@@ -374,6 +380,8 @@ class EmbeddingInput(serializers.Field):
 
 
 class EmbeddingsRequest(StrictRequest):
+    """Embeddings of a string or an array of strings; any member not listed is refused with unknown_parameter."""
+
     model = Text(max_length=MODEL_ID_MAX)
     input = EmbeddingInput()
     encoding_format = optional(Choice, choices=EMBEDDING_FORMATS, default="float")

@@ -61,7 +61,8 @@ def test_b64_json_results_come_inline_and_nothing_is_stored(client, seeded, free
 def test_urls_use_the_public_base_url_when_it_is_set(client, seeded, free_key, settings):
     settings.PUBLIC_BASE_URL = "https://gateway.example.com"
     _, secret = free_key
-    url = post(client, PATH, {"model": "local-image", "prompt": "a fox", "size": "64x64"}, secret).json()["data"][0]["url"]
+    body = post(client, PATH, {"model": "local-image", "prompt": "a fox", "size": "64x64"}, secret).json()
+    url = body["data"][0]["url"]
     assert url.startswith("https://gateway.example.com/media/images/")
 
 

@@ -17,10 +17,12 @@ from tests.gateway.conftest import (
     DROP,
     Gate,
     Pause,
+    UPSTREAM_SECRET,
     add_models,
     add_provider,
     assert_error,
     chunk,
+    gunicorn,
     post,
     usage_chunk,
     wait_for,
@@ -232,3 +234,21 @@ def test_a_client_that_goes_away_closes_the_upstream_connection(live_server, fak
     # The upstream did the work up to there: the charge stands and the request is recorded.
     assert wait_for(lambda: UsageEvent.objects.filter(success=True).exists(), timeout=5)
     assert credits_of(key) == 99
+
+
+@pytest.mark.postgres
+def test_gunicorn_relays_each_chunk_as_it_arrives(transactional_db, fake_models, upstream, free_key, tmp_path,
+                                                   monkeypatch):
+    """The same lockstep as above, through the production server (gunicorn's gthread workers)."""
+    monkeypatch.setenv("FAKE_UPSTREAM_KEY", UPSTREAM_SECRET)  # inherited by the gunicorn process
+    gates = [Gate(timeout=10), Gate(timeout=10)]
+    upstream.sse("/chat/completions", [chunk("one "), gates[0], chunk("two "), gates[1], chunk("three"), "[DONE]"])
+    with gunicorn(tmp_path / "server") as base:
+        with openai.OpenAI(base_url=f"{base}/v1", api_key=free_key[1], max_retries=0, timeout=30) as client:
+            received = []
+            for part in client.chat.completions.create(model="fake-chat", messages=HELLO, stream=True):
+                received.append(part.choices[0].delta.content)
+                if len(received) <= len(gates):
+                    gates[len(received) - 1].open()
+    assert received == ["one ", "two ", "three"]
+    assert [gate.opened_in_time for gate in gates] == [True, True]

@@ -83,14 +83,15 @@ BULK_ACTIONS = {
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
     form = ApiKeyChangeForm
-    list_display = ("display_prefix", "name", "owner_label", "tier", "credits", "max_credits", "rpm", "rph",
-                    "is_admin", "is_active", "last_used_at")
+    list_display = ("display_prefix", "name", "owner_label", "tier", "credits", "ceiling", "rpm", "rph",
+                    "admin_flag", "active_flag", "last_used_at")
     list_display_links = ("display_prefix",)
     list_filter = ("tier", "is_active", "is_admin", CreditsFilter)
     search_fields = ("^prefix", "name", "=owner_platform_id", "owner_platform_username", "owner_category")
     search_help_text = ("Prefix (sk-…), name, owner id, owner username or category. "
                         "Pasting a whole secret finds its key.")
-    sortable_by = ("display_prefix", "name", "tier", "credits", "max_credits", "rpm", "rph", "last_used_at")
+    sortable_by = ("display_prefix", "name", "tier", "credits", "ceiling", "rpm", "rph", "admin_flag",
+                   "active_flag", "last_used_at")
     ordering = ("-created_at",)
     list_per_page = 50
     readonly_fields = ("display_prefix", "name", "is_admin", "is_active", "created_at", "updated_at",
@@ -111,6 +112,18 @@ class ApiKeyAdmin(admin.ModelAdmin):
     @admin.display(description="owner")
     def owner_label(self, key):
         return key.owner_platform_username or key.owner_platform_id or ""
+
+    @admin.display(description="maxCredits", ordering="max_credits")
+    def ceiling(self, key):
+        return key.max_credits
+
+    @admin.display(description="admin", boolean=True, ordering="is_admin")
+    def admin_flag(self, key):
+        return key.is_admin
+
+    @admin.display(description="active", boolean=True, ordering="is_active")
+    def active_flag(self, key):
+        return key.is_active
 
     def has_delete_permission(self, request, obj=None):
         # Usage history refers to keys; revoke instead.

@@ -8,6 +8,7 @@ from django.urls import reverse
 
 from keys.credits import charge
 from keys.models import ApiKey, AuditLog, digest_secret
+from models_catalog.models import AiModel
 
 pytestmark = pytest.mark.django_db
 
@@ -52,13 +53,22 @@ def test_anonymous_and_non_staff_users_are_sent_to_the_login_page(client, django
     assert response["Location"].startswith(reverse("admin:login"))
 
 
-def test_a_non_staff_user_cannot_issue_or_revoke(client, django_user_model, free_key):
+def test_a_non_staff_user_cannot_issue_edit_revoke_or_bulk_change(client, django_user_model, free_key, seeded):
     key, _ = free_key
     client.force_login(django_user_model.objects.create_user("mallory", password="pw-for-mallory-1"))
-    assert client.post(ADD, ISSUE).status_code == 302
-    assert client.post(reverse("admin:keys_apikey_revoke", args=[key.pk])).status_code == 302
-    assert ApiKey.objects.count() == 1
-    assert ApiKey.objects.get(pk=key.pk).is_active
+    chat = AiModel.objects.get(model_id="local-chat")
+    matrix = reverse("admin:models_catalog_aimodel_access")
+    for url, data in ((ADD, ISSUE), (reverse("admin:keys_apikey_revoke", args=[key.pk]), {}),
+                      (change_url(key), {"tier": "special", "credits": "100", "max_credits": "100"}),
+                      (LIST, {"action": "change_tier", ACTION_CHECKBOX_NAME: [key.pk], "apply": "1",
+                              "tier": "special"}),
+                      (matrix, {"model": [chat.pk], "was": [f"{chat.pk}:free"]})):
+        response = client.post(url, data)
+        assert response.status_code == 302 and response["Location"].startswith(reverse("admin:login")), url
+    key.refresh_from_db()
+    assert (ApiKey.objects.count(), key.tier, key.is_active) == (1, "free", True)
+    assert "free" in AiModel.objects.get(pk=chat.pk).tiers
+    assert list(AuditLog.objects.values_list("action", flat=True)) == ["create_key"]
 
 
 def test_staff_without_change_permission_can_look_but_not_touch(limited_staff_client, free_key):

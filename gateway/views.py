@@ -4,6 +4,7 @@ The rules live in gateway.serializers (what a valid request is) and
 gateway.services (the metering pipeline); these views only translate.
 """
 from django.http import FileResponse, HttpResponse, StreamingHttpResponse
+from django.utils.cache import patch_vary_headers
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.negotiation import BaseContentNegotiation
@@ -139,8 +140,10 @@ class SpeechView(MeteredView):
     def post(self, request):
         params, sent = self.read(request)
         raw = wants_raw_audio(request.META.get("HTTP_ACCEPT", ""))
-        return respond(services.synthesize_speech(request=request, key=request.user, params=params, sent=sent,
-                                                  raw=raw))
+        response = respond(services.synthesize_speech(request=request, key=request.user, params=params, sent=sent,
+                                                      raw=raw))
+        patch_vary_headers(response, ("Accept",))  # JSON or audio bytes, by the Accept header
+        return response
 
 
 class EmbeddingsView(MeteredView):

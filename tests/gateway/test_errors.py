@@ -221,8 +221,8 @@ def test_an_upstream_server_error_is_upstream_unavailable_and_refunded(client, o
 def test_an_upstream_that_does_not_answer_in_time_is_upstream_timeout(client, operation, seeded, upstream, free_key,
                                                                        monkeypatch):
     monkeypatch.setenv("FAKE_UPSTREAM_KEY", "sk-up")
-    ids = add_models(add_provider("slow", upstream.base_url, timeout=0.3), prefix="slow")
-    upstream.fail_all(200, {"late": True}, delay=5)
+    ids = add_models(add_provider("slow", upstream.base_url, timeout=0.5), prefix="slow")
+    upstream.fail_all(200, {"late": True}, delay=10)
     key, secret = free_key
     response = post(client, *body_for(operation, model=ids[operation]), secret)
     assert_error(response, 504, "upstream_timeout", "upstream_error")

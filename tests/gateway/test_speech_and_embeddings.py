@@ -48,6 +48,7 @@ def test_a_client_that_accepts_audio_gets_the_raw_bytes(client, seeded, free_key
                     HTTP_ACCEPT=accept)
     assert response.status_code == 200
     assert response["Content-Type"] == "audio/wav"
+    assert "Accept" in response["Vary"]
     assert response["X-Remaining-Credits"] == "98"
     assert response.content.startswith(b"RIFF")
     assert not (settings.MEDIA_ROOT / "audio").exists()

@@ -156,8 +156,8 @@ def test_an_error_event_from_the_upstream_mid_stream_is_refunded(client, fake_mo
 def test_a_stream_that_stalls_longer_than_the_timeout_ends_with_upstream_timeout(client, seeded, upstream, free_key,
                                                                                  monkeypatch):
     monkeypatch.setenv("FAKE_UPSTREAM_KEY", "sk-up")
-    ids = add_models(add_provider("stalling", upstream.base_url, timeout=0.3), prefix="stall")
-    upstream.sse("/chat/completions", [chunk("Hi"), Pause(5), chunk("late"), "[DONE]"])
+    ids = add_models(add_provider("stalling", upstream.base_url, timeout=1), prefix="stall")
+    upstream.sse("/chat/completions", [chunk("Hi"), Pause(10), chunk("late"), "[DONE]"])
     key, secret = free_key
     found = events(post(client, PATH, {"model": ids["chat"], "messages": HELLO, "stream": True}, secret))
     assert found[1]["error"]["code"] == "upstream_timeout"

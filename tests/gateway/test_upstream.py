@@ -21,8 +21,9 @@ pytestmark = pytest.mark.django_db
 def chain(seeded, upstream, backup_upstream, monkeypatch):
     """Models on provider 'primary' (the fake upstream) falling back to 'backup' (a second one)."""
     monkeypatch.setenv("FAKE_UPSTREAM_KEY", "sk-up")
-    add_provider("backup", backup_upstream.base_url, timeout=1)
-    return add_models(add_provider("primary", upstream.base_url, timeout=0.3), prefix="fb", fallbacks=["backup"])
+    # Timeouts with room for a loaded CI machine; the deliberately late answers wait 10 s.
+    add_provider("backup", backup_upstream.base_url, timeout=2)
+    return add_models(add_provider("primary", upstream.base_url, timeout=1), prefix="fb", fallbacks=["backup"])
 
 
 def credits_of(key) -> int:
@@ -56,7 +57,7 @@ def test_a_provider_that_cannot_be_reached_falls_back(client, seeded, backup_ups
 
 def test_a_provider_that_times_out_falls_back(client, chain, upstream, backup_upstream, free_key):
     _, secret = free_key
-    upstream.fail_all(200, {"late": True}, delay=5)
+    upstream.fail_all(200, {"late": True}, delay=10)
     backup_upstream.json("/chat/completions", chat_completion("on time"))
     response = post(client, *body_for("chat", model=chain["chat"]), secret)
     assert response.json()["choices"][0]["message"]["content"] == "on time"
@@ -78,7 +79,7 @@ def test_when_every_provider_fails_the_last_failure_decides_the_status(client, c
                                                                        free_key):
     key, secret = free_key
     upstream.fail_all(500)
-    backup_upstream.fail_all(200, {"late": True}, delay=5)
+    backup_upstream.fail_all(200, {"late": True}, delay=10)
     response = post(client, *body_for("chat", model=chain["chat"]), secret)
     assert_error(response, 504, "upstream_timeout", "upstream_error")
     assert credits_of(key) == 100

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
@@ -34,25 +35,37 @@ WRK_SCRIPT = harness.BENCH / "wrk" / "chat.lua"
 
 
 def run_wrk(url: str, *, connections: int, duration: int, keys_file: Path | None, model: str,
-            result_file: Path) -> dict:
+            result_file: Path, cpu: harness.CpuMeter | None = None) -> dict:
     wrk = harness.require_tool("wrk", "wrk")
     env = dict(os.environ, BENCH_MODEL=model, BENCH_RESULT=str(result_file),
                BENCH_KEYS_FILE=str(keys_file) if keys_file else "")
     result_file.unlink(missing_ok=True)
     load_before = harness.load_average()
     threads = min(connections, 2)  # two cores: more wrk threads would only compete with the server
+    if cpu:
+        cpu.start()
     subprocess.run([wrk, "-t", str(threads), "-c", str(connections), "-d", f"{duration}s", "--timeout", "10s",
                     "-s", str(WRK_SCRIPT), url], env=env, check=True, stdout=subprocess.DEVNULL, timeout=duration + 60)
     result = json.loads(result_file.read_text().strip().splitlines()[-1])
     result["load"] = max(load_before, harness.load_average())
+    if cpu:
+        # CPU milliseconds per answered request, per group of processes.
+        result["cpu_ms"] = {name: round(seconds * 1000 / max(result["requests"], 1), 3)
+                            for name, seconds in cpu.stop().items()}
     return result
 
 
-def measure(backend: str, workdir: Path, args) -> list[dict]:
-    gateway = harness.Gateway(backend, workdir)
+def measure(backend: str, workdir: Path, args, nginx: harness.Process) -> list[dict]:
+    extra_env = {"DJANGO_SETTINGS_MODULE": "bench.whatif_settings"} if args.what_if else {}
+    gateway = harness.Gateway(backend, workdir, extra_env=extra_env)
     gateway.prepare(keys=args.keys)
     workers, threads = gateway.workers_and_threads()
     gateway.start()
+    groups = {"gateway": lambda: harness.process_tree(gateway.process.pid),
+              "upstream": lambda: harness.process_tree(nginx.pid)}
+    if backend == "postgres+redis":
+        groups["postgres"] = lambda: harness.postgres_backends(urlsplit(harness.PG_URL).path.lstrip("/"))
+    cpu = harness.CpuMeter(**groups)
     rows = []
     try:
         targets = [
@@ -66,23 +79,32 @@ def measure(backend: str, workdir: Path, args) -> list[dict]:
         for connections in args.connections:
             for name, url, keys, model in targets:
                 result = run_wrk(url, connections=connections, duration=args.duration, keys_file=keys,
-                                 model=model, result_file=workdir / "wrk.json")
+                                 model=model, result_file=workdir / "wrk.json", cpu=cpu)
                 result.update(backend=backend, target=name, connections=connections,
                               workers=workers, threads=threads)
                 harness.log(f"{backend} c={connections} {name}: {result['rps']:.0f} req/s, "
                             f"p50 {result['p50_us'] / 1000:.2f} ms, p99 {result['p99_us'] / 1000:.2f} ms, "
-                            f"non-2xx {result['non_2xx']}, socket errors {result['socket_errors']}, load {result['load']}")
+                            f"non-2xx {result['non_2xx']}, socket errors {result['socket_errors']}, load {result['load']}, "
+                            f"CPU ms/request {result['cpu_ms']}")
                 rows.append(result)
     finally:
         gateway.stop()
     return rows
 
 
+def cpu_cell(row: dict) -> str:
+    cpu = row.get("cpu_ms") or {}
+    cell = f"{cpu.get('gateway', 0):.2f}"
+    if "postgres" in cpu:
+        cell += f" (+ {cpu['postgres']:.2f})"
+    return cell
+
+
 def table(rows: list[dict]) -> str:
     lines = [
         "| backend (workers×threads) | conns | direct req/s | gateway req/s | ratio | direct p50 / p99 ms "
-        "| gateway p50 / p99 ms | added p50 / p99 ms | local-chat req/s, p50 ms | non-2xx | load |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| gateway p50 / p99 ms | added p50 / p99 ms | local-chat req/s, p50 ms | gateway CPU ms/req (+ PostgreSQL) | non-2xx | load |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     index = {(r["backend"], r["connections"], r["target"]): r for r in rows}
     for backend in dict.fromkeys(r["backend"] for r in rows):
@@ -98,7 +120,7 @@ def table(rows: list[dict]) -> str:
                 f"| {gateway['p50_us'] / 1000:.2f} / {gateway['p99_us'] / 1000:.2f} "
                 f"| {(gateway['p50_us'] - direct['p50_us']) / 1000:.2f} / "
                 f"{(gateway['p99_us'] - direct['p99_us']) / 1000:.2f} "
-                f"| {local['rps']:,.0f}, {local['p50_us'] / 1000:.2f} | {errors} "
+                f"| {local['rps']:,.0f}, {local['p50_us'] / 1000:.2f} | {cpu_cell(gateway)} | {errors} "
                 f"| {max(r['load'] for r in (direct, gateway, local)):.1f} |")
     return "\n".join(lines)
 
@@ -112,6 +134,8 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=100, help="keys the requests go round-robin over")
     parser.add_argument("--out", type=Path, help="also write the raw results as JSON here")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, databases)")
+    parser.add_argument("--what-if", action="store_true",
+                        help="serve with bench/whatif_settings.py (persistent SQLite connections)")
     args = parser.parse_args()
     args.duration = max(1, min(args.duration, 300))
 
@@ -121,12 +145,13 @@ def main() -> None:
     rows = []
     try:
         for backend in args.backends:
-            rows += measure(backend, workdir, args)
+            rows += measure(backend, workdir, args, nginx)
     finally:
         nginx.stop()
         harness.remove_workdir(workdir, keep=args.keep)
     started = time.strftime("%Y-%m-%d %H:%M")
-    print(f"\nchat_overhead.py, {started}, {args.duration} s per run, {os.cpu_count()} CPUs\n")
+    what_if = ", what-if settings bench/whatif_settings.py" if args.what_if else ""
+    print(f"\nchat_overhead.py, {started}, {args.duration} s per run, {os.cpu_count()} CPUs{what_if}\n")
     print(table(rows))
     if args.out:
         args.out.write_text(json.dumps(rows, indent=2))

@@ -45,6 +45,74 @@ def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_of(pid: int) -> float | None:
+    """CPU seconds (user + system) a process has used so far; None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and its descendants (gunicorn's master and workers, nginx's master and worker)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += children.get(pid, [])
+    return tree
+
+
+def postgres_backends(database: str) -> list[int]:
+    """PIDs of the PostgreSQL backends connected to ``database`` (the bench's own)."""
+    parts = urlsplit(PG_URL)
+    out = subprocess.run(
+        ["psql", "-h", parts.hostname or "127.0.0.1", "-p", str(parts.port or 5432), "-U",
+         parts.username or "postgres", "-d", "postgres", "-Atc",
+         f"SELECT pid FROM pg_stat_activity WHERE datname = '{database}'"],
+        check=True, stdout=subprocess.PIPE, text=True).stdout
+    return [int(line) for line in out.split()]
+
+
+class CpuMeter:
+    """CPU seconds used by groups of processes between start() and stop().
+
+    Groups are functions returning PIDs, asked at both ends, so processes that appear during the
+    run (a new database backend) count from zero. Processes that end during the run lose their
+    share; gunicorn's workers and kept database connections do not end in a bench run.
+    """
+
+    def __init__(self, **groups):
+        self.groups = groups
+        self._before: dict[str, dict[int, float]] = {}
+
+    def _sample(self) -> dict[str, dict[int, float]]:
+        sample = {}
+        for name, pids in self.groups.items():
+            sample[name] = {pid: cpu for pid in pids() if (cpu := _cpu_of(pid)) is not None}
+        return sample
+
+    def start(self) -> None:
+        self._before = self._sample()
+
+    def stop(self) -> dict[str, float]:
+        after = self._sample()
+        return {name: round(sum(cpu - self._before[name].get(pid, 0.0) for pid, cpu in pids.items()), 3)
+                for name, pids in after.items()}
+
+
 class Process:
     """A child process started in its own process group and stopped by that PID."""
 

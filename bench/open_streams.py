@@ -1,7 +1,7 @@
 """How many chat streams one gateway instance holds open at once.
 
     .venv/bin/python bench/open_streams.py [--backends embedded postgres+redis] [--streams 64 160]
-                                           [--chunks 20] [--interval 0.5] [--keys 20]
+                                           [--chunks 20] [--interval 0.5] [--keys 20] [--threads N]
 
 Starts bench/fake_upstream.py, which streams each answer slowly (--chunks chunks, --interval s
 apart, 10 s by default), and a gateway per backend (bench/harness.py). Then, for each number in
@@ -120,7 +120,8 @@ def run_level(port: int, path: str, keys: list[str], model: str, count: int, lim
 
 
 def measure(backend: str, workdir: Path, args, limit_seconds: float) -> list[dict]:
-    gateway = harness.Gateway(backend, workdir)
+    extra_env = {"GUNICORN_THREADS": str(args.threads)} if args.threads else {}
+    gateway = harness.Gateway(backend, workdir, extra_env=extra_env)
     keys = gateway.prepare(keys=args.keys)
     workers, threads = gateway.workers_and_threads()
     gateway.start()
@@ -154,6 +155,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=20)
     parser.add_argument("--out", type=Path, help="also write the raw results as JSON here")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, databases)")
+    parser.add_argument("--threads", type=int, help="GUNICORN_THREADS for the gateway (default: its config's)")
     args = parser.parse_args()
     if max(args.streams) > 2000:
         raise SystemExit("at most 2000 streams per burst")

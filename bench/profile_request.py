@@ -4,11 +4,12 @@
                                               [--requests 300] [--cprofile 25]
 
 Runs the whole Django stack in this process (middleware, URL routing, DRF, the gateway's services)
-through Django's test Client, against the same fake upstream the throughput bench uses (nginx,
+by calling the WSGI application the way gunicorn does, against the same fake upstream the throughput bench uses (nginx,
 127.0.0.1:18201) and a fresh database seeded with bench/catalog.toml. After a warm-up it sends
 --requests identical non-streamed chat requests and, for each one, measures:
 
-- SQL: every statement (CaptureQueriesContext), its count and time in the driver;
+- SQL: every statement (a connection.execute_wrapper), its count and time in the driver, and the
+  opening or health check of the database connection;
 - cache: every call of the Django cache API (outermost calls only) and, on Redis, every command
   sent to the server (redis-py's execute_command, i.e. one network round trip each);
 - upstream: the time inside requests' HTTPAdapter.send (connect + send + wait + read);
@@ -52,6 +53,11 @@ PHASES = [
 ]
 
 
+# Opening a connection (SQLite runs its PRAGMAs then), closing it (SQLite checkpoints its WAL when
+# the last connection closes) and the health check of a kept one pass through no execute wrapper.
+CONNECTION_METHODS = ("connect", "close", "is_usable")
+
+
 class Meter:
     """Counters for the request being measured."""
 
@@ -60,6 +66,7 @@ class Meter:
 
     def reset(self):
         self.sql: list[float] = []
+        self.sql_text: list[str] = []
         self.cache_calls: list[tuple[str, float]] = []
         self.redis_commands: list[str] = []
         self.upstream: list[float] = []
@@ -149,6 +156,7 @@ def time_sql(execute, sql, params, many, context):
         return execute(sql, params, many, context)
     finally:
         meter.sql.append(time.perf_counter() - start)
+        meter.sql_text.append(sql)
 
 
 def instrument_upstream() -> None:
@@ -202,6 +210,8 @@ def main() -> None:
     parser.add_argument("--sort", default="tottime", choices=["tottime", "cumulative"],
                         help="order of the cProfile list (own time or inclusive time)")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (database, nginx log)")
+    parser.add_argument("--conn-max-age", type=int, default=None,
+                        help="what-if: override the database's CONN_MAX_AGE (SQLite has none by default)")
     args = parser.parse_args()
     args.requests = max(10, min(args.requests, 10000))
 
@@ -216,84 +226,125 @@ def main() -> None:
     print(report)
 
 
+def wsgi_post(app, path: str, body: bytes, headers: dict) -> tuple[str, bytes]:
+    """One request through the WSGI application exactly as gunicorn hands it over.
+
+    Not Django's test Client: that one keeps the database connection open across
+    requests (it disconnects close_old_connections) and adds signal handlers of its
+    own, so it would hide what a served request really costs.
+    """
+    environ = {
+        "REQUEST_METHOD": "POST", "PATH_INFO": path, "SCRIPT_NAME": "", "QUERY_STRING": "",
+        "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "18299", "SERVER_PROTOCOL": "HTTP/1.1",
+        "REMOTE_ADDR": "127.0.0.1", "HTTP_HOST": "127.0.0.1:18299",
+        "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body)),
+        "wsgi.input": io.BytesIO(body), "wsgi.errors": sys.stderr, "wsgi.url_scheme": "http",
+        "wsgi.version": (1, 0), "wsgi.multithread": True, "wsgi.multiprocess": False, "wsgi.run_once": False,
+    }
+    environ.update({"HTTP_" + name.upper().replace("-", "_"): value for name, value in headers.items()})
+    status = []
+    result = app(environ, lambda line, response_headers, exc_info=None: status.append(line))
+    try:
+        content = b"".join(result)
+    finally:
+        result.close()  # fires request_finished, which closes or keeps the DB connection
+    return status[0], content
+
+
 def profile(args) -> str:
     from django.core.cache import caches
-    from django.db import connection
-    from django.test import Client
-    from django.test.utils import CaptureQueriesContext
+    from django.db import connection, connections
 
+    from gateway.wsgi import application
     from keys.services import issue_key
 
+    if args.conn_max_age is not None:
+        connections["default"].settings_dict["CONN_MAX_AGE"] = args.conn_max_age
+        connection.close()
     found_phases = instrument_phases()
+    database_class = type(connections["default"])
+    for method in CONNECTION_METHODS:
+        setattr(database_class, method, _timed_phase(f"DatabaseWrapper.{method}", getattr(database_class, method)))
+        found_phases.append(f"DatabaseWrapper.{method}")
     instrument_cache()
     instrument_upstream()
     key, secret = issue_key(actor="bench profile", tier="free", credits=10**9, rpm=1000, rph=10000)
-    client = Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    connection.close()  # the request path opens its own, as under gunicorn
     body = json.dumps({"model": args.model, "messages": [
         {"role": "system", "content": "You are terse."},
-        {"role": "user", "content": "Say hello to the benchmark."}]})
+        {"role": "user", "content": "Say hello to the benchmark."}]}).encode()
 
     def send():
-        response = client.post("/v1/chat/completions", body, content_type="application/json")
-        if response.status_code != 200:
-            raise SystemExit(f"chat answered {response.status_code}: {response.content[:500]!r}")
-        return response
+        status, content = wsgi_post(application, "/v1/chat/completions", body,
+                                    {"Authorization": f"Bearer {secret}"})
+        if not status.startswith("200"):
+            raise SystemExit(f"chat answered {status}: {content[:500]!r}")
 
     for _ in range(20):  # warm-up: connection pools, catalog snapshot, imports, the rate-limit keys
         send()
 
-    totals, sql_counts, sql_times, cache_counts, cache_times, redis_counts, upstream_times = ([] for _ in range(7))
+    totals, cpu_times, sql_counts, sql_times, connect_times = [], [], [], [], []
+    cache_counts, cache_times, redis_counts, upstream_times = [], [], [], []
     phase_samples: dict[str, list[float]] = defaultdict(list)
-    sample_queries, sample_cache, sample_redis = [], [], []
+    sample_queries, sample_cache, sample_redis, sample_calls = [], [], [], {}
     profiler = cProfile.Profile() if args.cprofile else None
-    for index in range(args.requests):
-        meter.reset()
-        with CaptureQueriesContext(connection) as queries, connection.execute_wrapper(time_sql):
+    with connection.execute_wrapper(time_sql):
+        for index in range(args.requests):
+            meter.reset()
             if profiler:
                 profiler.enable()
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.thread_time()
             send()
             elapsed = time.perf_counter() - start
+            cpu_times.append(time.thread_time() - cpu_start)
             if profiler:
                 profiler.disable()
-        totals.append(elapsed)
-        sql_counts.append(len(queries.captured_queries))
-        sql_times.append(sum(meter.sql))
-        cache_counts.append(len(meter.cache_calls))
-        cache_times.append(sum(t for _, t in meter.cache_calls))
-        redis_counts.append(len(meter.redis_commands))
-        upstream_times.append(sum(meter.upstream))
-        for name in found_phases:
-            phase_samples[name].append(meter.phases.get(name, 0.0))
-        if index == args.requests - 1:
-            sample_queries = [q["sql"] for q in queries.captured_queries]
-            sample_cache = [name for name, _ in meter.cache_calls]
-            sample_redis = list(meter.redis_commands)
+            totals.append(elapsed)
+            sql_counts.append(len(meter.sql))
+            sql_times.append(sum(meter.sql))
+            connect_times.append(sum(meter.phases.get(f"DatabaseWrapper.{m}", 0.0) for m in CONNECTION_METHODS))
+            cache_counts.append(len(meter.cache_calls))
+            cache_times.append(sum(t for _, t in meter.cache_calls))
+            redis_counts.append(len(meter.redis_commands))
+            upstream_times.append(sum(meter.upstream))
+            for name in found_phases:
+                phase_samples[name].append(meter.phases.get(name, 0.0))
+            if index == args.requests - 1:
+                sample_queries = list(meter.sql_text)
+                sample_cache = [name for name, _ in meter.cache_calls]
+                sample_redis = list(meter.redis_commands)
+                sample_calls = dict(meter.phase_calls)
 
     total = median_ms(totals)
-    sql, cache, upstream = median_ms(sql_times), median_ms(cache_times), median_ms(upstream_times)
+    sql, connect = median_ms(sql_times), median_ms(connect_times)
+    cache, upstream = median_ms(cache_times), median_ms(upstream_times)
     out = io.StringIO()
     w = functools.partial(print, file=out)
-    w(f"\nprofile_request.py: backend {args.backend}, model {args.model}, {args.requests} requests "
+    what_if = "" if args.conn_max_age is None else f", what-if CONN_MAX_AGE={args.conn_max_age}"
+    w(f"\nprofile_request.py: backend {args.backend}, model {args.model}, {args.requests} requests{what_if} "
       f"(medians; {connection.vendor}, cache {type(caches['default']).__name__}; "
       f"load average {harness.load_average()})\n")
     w("| part | per request |")
     w("|---|---:|")
-    w(f"| whole request (Django test Client, in process) | {total:.3f} ms (p90 "
-      f"{sorted(totals)[int(len(totals) * 0.9)] * 1000:.3f} ms) |")
+    w(f"| whole request (WSGI application, in process, no HTTP server) | {total:.3f} ms (p90 "
+      f"{sorted(totals)[int(len(totals) * 0.9)] * 1000:.3f} ms), CPU time of this thread "
+      f"{median_ms(cpu_times):.3f} ms |")
     w(f"| SQL statements | {statistics.median(sql_counts):.0f} statements, {sql:.3f} ms |")
+    w(f"| database connection: open / close / health check | {sample_calls.get('DatabaseWrapper.connect', 0)} "
+      f"opened, {sample_calls.get('DatabaseWrapper.close', 0)} closed, "
+      f"{sample_calls.get('DatabaseWrapper.is_usable', 0)} checked, {connect:.3f} ms |")
     w(f"| cache API calls | {statistics.median(cache_counts):.0f} calls, {cache:.3f} ms |")
     if any(redis_counts):
         w(f"| Redis commands (network round trips) | {statistics.median(redis_counts):.0f} |")
     w(f"| upstream HTTP call (requests HTTPAdapter.send) | {upstream:.3f} ms |")
-    w(f"| the rest: Python (Django, DRF, JSON, gateway code) | {max(total - sql - cache - upstream, 0):.3f} ms |")
+    w(f"| the rest: Python (Django, DRF, JSON, gateway code) "
+      f"| {max(total - sql - connect - cache - upstream, 0):.3f} ms |")
     if phase_samples:
         w("\nNamed functions (inclusive wall time, median; they overlap the rows above):\n")
         w("| function | calls | ms |")
         w("|---|---:|---:|")
         for name, samples in phase_samples.items():
-            calls = meter.phase_calls.get(name, 0)
-            w(f"| {name} | {calls} | {median_ms(samples):.3f} |")
+            w(f"| {name} | {sample_calls.get(name, 0)} | {median_ms(samples):.3f} |")
     w("\nSQL of the last request:")
     for sql_text in sample_queries:
         w(f"  - {sql_text[:220]}")

@@ -4,20 +4,34 @@ Validation is strict about types: a JSON number is not a string and a string is
 not a boolean, because a gateway that silently coerces hides client bugs and
 forwards something the client did not mean. Every error names the member as a
 dotted path (``messages.0.role``), and a top-level member the operation does not
-know is a 400 ``unknown_parameter`` rather than something quietly dropped.
+know is a 400 ``unknown_parameter`` rather than something quietly dropped. The
+strict fields and the strict base are utils_app.serializers, shared with the admin API.
 
 Request serializers return only what the client sent plus the documented
-defaults; ``sent`` on the validated data lists the members the client named, so
+defaults; ``validated()`` also returns ``sent``, the members the client named, so
 the upstream receives exactly those and keeps its own defaults for the rest.
 """
 import re
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail, ValidationError
 
 from gateway.local_models import MAX_EMBEDDING_DIMENSIONS
+from utils_app.serializers import (
+    StrictBooleanField,
+    StrictCharField,
+    StrictChoiceField,
+    StrictFloatField,
+    StrictIntegerField,
+    StrictJsonObjectField,
+    StrictSerializer,
+    fail,
+    optional,
+)
+
+# gateway.views names the base of the operations' request serializers by this name.
+StrictRequest = StrictSerializer
 
 MODEL_ID_MAX = 120
 CHAT_ROLES = ("system", "user", "assistant", "tool")
@@ -35,99 +49,6 @@ EMBEDDING_FORMATS = ("float", "base64")
 EMBEDDING_BATCH_MAX = 2048
 
 
-def _fail(message: str, code: str = "invalid"):
-    raise ValidationError(ErrorDetail(message, code=code))
-
-
-# ---------------------------------------------------------------- strict scalar fields
-
-@extend_schema_field(OpenApiTypes.STR)
-class Text(serializers.CharField):
-    """A JSON string, never a coerced number; whitespace kept as sent (prompts are data)."""
-
-    def __init__(self, **kwargs):
-        kwargs.setdefault("trim_whitespace", False)
-        super().__init__(**kwargs)
-
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            _fail("Must be a string.")
-        return super().to_internal_value(data)
-
-
-class Choice(serializers.ChoiceField):
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            _fail("Must be a string.")
-        if data not in self.choices:
-            _fail(f"Must be one of: {', '.join(self.choices)}.")
-        return data
-
-
-@extend_schema_field(OpenApiTypes.INT)
-class Integer(serializers.IntegerField):
-    def to_internal_value(self, data):
-        if isinstance(data, bool) or not isinstance(data, int):
-            _fail("Must be an integer.")
-        return super().to_internal_value(data)
-
-
-@extend_schema_field(OpenApiTypes.NUMBER)
-class Number(serializers.FloatField):
-    def to_internal_value(self, data):
-        if isinstance(data, bool) or not isinstance(data, (int, float)):
-            _fail("Must be a number.")
-        return super().to_internal_value(data)
-
-
-@extend_schema_field(OpenApiTypes.BOOL)
-class Boolean(serializers.BooleanField):
-    def to_internal_value(self, data):
-        if not isinstance(data, bool):
-            _fail("Must be true or false.")
-        return data
-
-
-@extend_schema_field(OpenApiTypes.OBJECT)
-class JsonObject(serializers.Field):
-    """Any JSON object, passed on untouched (tool schemas, response_format and the like)."""
-
-    def to_internal_value(self, data):
-        if not isinstance(data, dict):
-            _fail("Must be an object.")
-        return data
-
-    def to_representation(self, value):
-        return value
-
-
-# ---------------------------------------------------------------- the strict base
-
-class StrictRequest(serializers.Serializer):
-    """Top-level members must be declared; the validated data remembers which ones were sent."""
-
-    def to_internal_value(self, data):
-        for name in data:
-            if name not in self.fields:
-                raise ValidationError({name: [ErrorDetail(f"Unknown parameter '{name}'.", code="unknown_parameter")]})
-        validated = super().to_internal_value(data)
-        # JSON null on an optional member means "not given", as in the OpenAI API.
-        return {name: value for name, value in validated.items() if value is not None}
-
-    def validated(self) -> tuple[dict, set]:
-        """(validated members with defaults, names the client actually sent with a value)."""
-        self.is_valid(raise_exception=True)
-        data = dict(self.validated_data)
-        sent = {name for name, value in self.initial_data.items() if value is not None}
-        return data, sent
-
-
-def optional(field_class, **kwargs):
-    kwargs.setdefault("required", False)
-    kwargs.setdefault("allow_null", True)
-    return field_class(**kwargs)
-
-
 # ---------------------------------------------------------------- chat
 
 @extend_schema_field({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}],
@@ -143,7 +64,7 @@ class MessageContent(serializers.Field):
         if isinstance(data, str):
             return data
         if not isinstance(data, list):
-            _fail("Must be a string or an array of content parts.")
+            fail("Must be a string or an array of content parts.")
         errors = {}
         for index, part in enumerate(data):
             if not isinstance(part, dict) or not isinstance(part.get("type"), str):
@@ -160,9 +81,9 @@ class MessageContent(serializers.Field):
 
 
 class ToolCall(serializers.Serializer):
-    id = Text(max_length=200)
-    type = Text(max_length=40)
-    function = JsonObject()
+    id = StrictCharField(max_length=200)
+    type = StrictCharField(max_length=40)
+    function = StrictJsonObjectField()
 
     def to_internal_value(self, data):
         validated = super().to_internal_value(data)
@@ -173,12 +94,12 @@ class ToolCall(serializers.Serializer):
 class ChatMessage(serializers.Serializer):
     """One message. Members other than these are not forwarded (the SDK's message dumps carry extras)."""
 
-    role = Choice(choices=CHAT_ROLES)
+    role = StrictChoiceField(choices=CHAT_ROLES)
     content = MessageContent(required=False)
-    name = optional(Text, max_length=256)
-    tool_call_id = optional(Text, max_length=200)
+    name = optional(StrictCharField, max_length=256)
+    tool_call_id = optional(StrictCharField, max_length=200)
     tool_calls = optional(serializers.ListField, child=ToolCall())
-    function_call = optional(JsonObject)
+    function_call = optional(StrictJsonObjectField)
 
     def validate(self, attrs):
         role = attrs["role"]
@@ -199,7 +120,7 @@ class StopSequences(serializers.Field):
         if isinstance(data, str):
             return data
         if not isinstance(data, list) or not 1 <= len(data) <= 4 or not all(isinstance(s, str) for s in data):
-            _fail("Must be a string or an array of 1 to 4 strings.")
+            fail("Must be a string or an array of 1 to 4 strings.")
         return data
 
     def to_representation(self, value):
@@ -207,8 +128,8 @@ class StopSequences(serializers.Field):
 
 
 class Tool(serializers.Serializer):
-    type = Text(max_length=40)
-    function = optional(JsonObject)
+    type = StrictCharField(max_length=40)
+    function = optional(StrictJsonObjectField)
 
     def to_internal_value(self, data):
         attrs = super().to_internal_value(data)
@@ -227,14 +148,14 @@ class ToolChoice(serializers.Field):
     def to_internal_value(self, data):
         if data in ("none", "auto", "required") or isinstance(data, dict):
             return data
-        _fail("Must be 'none', 'auto', 'required' or an object naming a tool.")
+        fail("Must be 'none', 'auto', 'required' or an object naming a tool.")
 
     def to_representation(self, value):
         return value
 
 
 class StreamOptions(serializers.Serializer):
-    include_usage = optional(Boolean)
+    include_usage = optional(StrictBooleanField)
 
     def to_internal_value(self, data):
         super().to_internal_value(data)
@@ -245,7 +166,7 @@ class StreamOptions(serializers.Serializer):
 class LogitBias(serializers.Field):
     def to_internal_value(self, data):
         if not isinstance(data, dict):
-            _fail("Must be an object of token ids to numbers.")
+            fail("Must be an object of token ids to numbers.")
         for token, bias in data.items():
             if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
                 raise ValidationError({token: [ErrorDetail("Must be a number from -100 to 100.", code="invalid")]})
@@ -255,31 +176,31 @@ class LogitBias(serializers.Field):
         return value
 
 
-class ChatCompletionRequest(StrictRequest):
+class ChatCompletionRequest(StrictSerializer):
     """The OpenAI chat parameters the gateway validates and forwards; any other member is refused
     with unknown_parameter."""
 
-    model = Text(max_length=MODEL_ID_MAX)
+    model = StrictCharField(max_length=MODEL_ID_MAX)
     messages = serializers.ListField(child=ChatMessage(), allow_empty=False)
-    stream = optional(Boolean, default=False)
+    stream = optional(StrictBooleanField, default=False)
     stream_options = optional(StreamOptions)
-    temperature = optional(Number, min_value=0, max_value=2)
-    top_p = optional(Number, min_value=0, max_value=1)
-    max_tokens = optional(Integer, min_value=1)
-    max_completion_tokens = optional(Integer, min_value=1)
+    temperature = optional(StrictFloatField, min_value=0, max_value=2)
+    top_p = optional(StrictFloatField, min_value=0, max_value=1)
+    max_tokens = optional(StrictIntegerField, min_value=1)
+    max_completion_tokens = optional(StrictIntegerField, min_value=1)
     stop = optional(StopSequences)
     tools = optional(serializers.ListField, child=Tool(), max_length=128)
     tool_choice = optional(ToolChoice)
-    response_format = optional(JsonObject)
-    seed = optional(Integer)
-    user = optional(Text, max_length=256)
-    n = optional(Integer, min_value=1, max_value=128)
-    presence_penalty = optional(Number, min_value=-2, max_value=2)
-    frequency_penalty = optional(Number, min_value=-2, max_value=2)
+    response_format = optional(StrictJsonObjectField)
+    seed = optional(StrictIntegerField)
+    user = optional(StrictCharField, max_length=256)
+    n = optional(StrictIntegerField, min_value=1, max_value=128)
+    presence_penalty = optional(StrictFloatField, min_value=-2, max_value=2)
+    frequency_penalty = optional(StrictFloatField, min_value=-2, max_value=2)
     logit_bias = optional(LogitBias)
-    logprobs = optional(Boolean)
-    top_logprobs = optional(Integer, min_value=0, max_value=20)
-    parallel_tool_calls = optional(Boolean)
+    logprobs = optional(StrictBooleanField)
+    top_logprobs = optional(StrictIntegerField, min_value=0, max_value=20)
+    parallel_tool_calls = optional(StrictBooleanField)
 
     def validate(self, attrs):
         if attrs.get("stream_options") is not None and not attrs.get("stream"):
@@ -294,25 +215,25 @@ class ChatCompletionRequest(StrictRequest):
 
 # ---------------------------------------------------------------- images
 
-class ImageGenerationRequest(StrictRequest):
+class ImageGenerationRequest(StrictSerializer):
     """Image generation; any member not listed is refused with unknown_parameter."""
 
-    model = Text(max_length=MODEL_ID_MAX)
-    prompt = Text(max_length=32000)
-    n = optional(Integer, min_value=1, max_value=10, default=IMAGE_DEFAULTS["n"])
-    size = optional(Text, max_length=20, default=IMAGE_DEFAULTS["size"])
-    quality = optional(Choice, choices=IMAGE_QUALITIES, default=IMAGE_DEFAULTS["quality"])
-    response_format = optional(Choice, choices=IMAGE_FORMATS, default=IMAGE_DEFAULTS["response_format"])
-    style = optional(Choice, choices=IMAGE_STYLES, default=IMAGE_DEFAULTS["style"])
-    user = optional(Text, max_length=256)
+    model = StrictCharField(max_length=MODEL_ID_MAX)
+    prompt = StrictCharField(max_length=32000)
+    n = optional(StrictIntegerField, min_value=1, max_value=10, default=IMAGE_DEFAULTS["n"])
+    size = optional(StrictCharField, max_length=20, default=IMAGE_DEFAULTS["size"])
+    quality = optional(StrictChoiceField, choices=IMAGE_QUALITIES, default=IMAGE_DEFAULTS["quality"])
+    response_format = optional(StrictChoiceField, choices=IMAGE_FORMATS, default=IMAGE_DEFAULTS["response_format"])
+    style = optional(StrictChoiceField, choices=IMAGE_STYLES, default=IMAGE_DEFAULTS["style"])
+    user = optional(StrictCharField, max_length=256)
 
     def validate_size(self, value):
         match = IMAGE_SIZE_RE.match(value)
         if not match:
-            _fail("Must look like WIDTHxHEIGHT, e.g. 1024x1024.")
+            fail("Must look like WIDTHxHEIGHT, e.g. 1024x1024.")
         low, high = IMAGE_SIDE
         if not all(low <= int(side) <= high for side in match.groups()):
-            _fail(f"Each side must be between {low} and {high} pixels.")
+            fail(f"Each side must be between {low} and {high} pixels.")
         return value
 
     def to_internal_value(self, data):
@@ -336,21 +257,22 @@ class Voice(serializers.Field):
             return data
         if isinstance(data, dict) and isinstance(data.get("id"), str) and 1 <= len(data["id"]) <= 200:
             return data
-        _fail("Must be a voice name (1 to 64 characters) or an object with a string 'id'.")
+        fail("Must be a voice name (1 to 64 characters) or an object with a string 'id'.")
 
     def to_representation(self, value):
         return value
 
 
-class SpeechRequest(StrictRequest):
+class SpeechRequest(StrictSerializer):
     """Speech synthesis; any member not listed is refused with unknown_parameter."""
 
-    model = Text(max_length=MODEL_ID_MAX)
-    input = Text(max_length=SPEECH_INPUT_MAX)
+    model = StrictCharField(max_length=MODEL_ID_MAX)
+    input = StrictCharField(max_length=SPEECH_INPUT_MAX)
     voice = Voice()
-    response_format = optional(Choice, choices=SPEECH_FORMATS, default=SPEECH_DEFAULTS["response_format"])
-    speed = optional(Number, min_value=SPEECH_SPEED[0], max_value=SPEECH_SPEED[1], default=SPEECH_DEFAULTS["speed"])
-    instructions = optional(Text, max_length=4096)
+    response_format = optional(StrictChoiceField, choices=SPEECH_FORMATS, default=SPEECH_DEFAULTS["response_format"])
+    speed = optional(StrictFloatField, min_value=SPEECH_SPEED[0], max_value=SPEECH_SPEED[1],
+                     default=SPEECH_DEFAULTS["speed"])
+    instructions = optional(StrictCharField, max_length=4096)
 
     def to_internal_value(self, data):
         return {**SPEECH_DEFAULTS, **super().to_internal_value(data)}
@@ -363,12 +285,12 @@ class EmbeddingInput(serializers.Field):
     def to_internal_value(self, data):
         if isinstance(data, str):
             if not data:
-                _fail("Must not be empty.", code="blank")
+                fail("Must not be empty.", code="blank")
             return data
         if not isinstance(data, list) or not data:
-            _fail("Must be a string or a non-empty array of strings.")
+            fail("Must be a string or a non-empty array of strings.")
         if len(data) > EMBEDDING_BATCH_MAX:
-            _fail(f"At most {EMBEDDING_BATCH_MAX} inputs per request.")
+            fail(f"At most {EMBEDDING_BATCH_MAX} inputs per request.")
         errors = {index: [ErrorDetail("Must be a non-empty string.", code="invalid")]
                   for index, item in enumerate(data) if not isinstance(item, str) or not item}
         if errors:
@@ -379,14 +301,14 @@ class EmbeddingInput(serializers.Field):
         return value
 
 
-class EmbeddingsRequest(StrictRequest):
+class EmbeddingsRequest(StrictSerializer):
     """Embeddings of a string or an array of strings; any member not listed is refused with unknown_parameter."""
 
-    model = Text(max_length=MODEL_ID_MAX)
+    model = StrictCharField(max_length=MODEL_ID_MAX)
     input = EmbeddingInput()
-    encoding_format = optional(Choice, choices=EMBEDDING_FORMATS, default="float")
-    dimensions = optional(Integer, min_value=1, max_value=MAX_EMBEDDING_DIMENSIONS)
-    user = optional(Text, max_length=256)
+    encoding_format = optional(StrictChoiceField, choices=EMBEDDING_FORMATS, default="float")
+    dimensions = optional(StrictIntegerField, min_value=1, max_value=MAX_EMBEDDING_DIMENSIONS)
+    user = optional(StrictCharField, max_length=256)
 
     def to_internal_value(self, data):
         return {"encoding_format": "float", **super().to_internal_value(data)}

@@ -2,68 +2,17 @@
 
 Parsing is strict on purpose: an administrator who sends ``"rpm": "100"``,
 ``"credits": true`` or a misspelt member gets a 400 naming the member instead
-of a silent coercion or a change that never happened. Value rules (tier names,
-ranges, credits <= maxCredits) are not repeated here: keys.services.check_config
-owns them and reports the same dotted ``param``.
+of a silent coercion or a change that never happened. The strict fields and base
+are utils_app.serializers, shared with the metered operations. Value rules (tier
+names, ranges, credits <= maxCredits) are not repeated here:
+keys.services.check_config owns them and reports the same dotted ``param``.
 """
 from rest_framework import serializers
-from rest_framework.exceptions import ErrorDetail, ValidationError
 
 from keys.models import OWNER_FIELDS, ApiKey
+from utils_app.serializers import StrictBooleanField, StrictCharField, StrictIntegerField, StrictSerializer
 
-# PostgreSQL bigint: a larger credit figure would fail in the database as a 500.
-BIGINT_MAX = 2**63 - 1
 SECRET_MAX_LENGTH = 200
-
-
-class StrictSerializer(serializers.Serializer):
-    """A serializer that refuses members it does not declare (code unknown_parameter)."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            for name in data:
-                if name not in self.fields:
-                    raise ValidationError({name: [ErrorDetail("Unknown parameter.", code="unknown_parameter")]})
-        return super().to_internal_value(data)
-
-
-class StrictIntegerField(serializers.IntegerField):
-    """A JSON integer only: no booleans, no numeric strings, no 5.0."""
-
-    default_error_messages = {"invalid": "Must be an integer.", "too_large": "Must be at most {limit}."}
-
-    def to_internal_value(self, data):
-        if isinstance(data, bool) or not isinstance(data, int):
-            self.fail("invalid")
-        if abs(data) > BIGINT_MAX:
-            self.fail("too_large", limit=BIGINT_MAX)
-        return data
-
-
-class StrictCharField(serializers.CharField):
-    """A JSON string only: DRF's CharField would turn 5 into "5"."""
-
-    default_error_messages = {"invalid": "Must be a string."}
-
-    def __init__(self, **kwargs):
-        kwargs.setdefault("trim_whitespace", False)
-        super().__init__(**kwargs)
-
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-class StrictBooleanField(serializers.BooleanField):
-    """A JSON true or false only: DRF's BooleanField would accept "yes" and 1."""
-
-    default_error_messages = {"invalid": "Must be true or false."}
-
-    def to_internal_value(self, data):
-        if not isinstance(data, bool):
-            self.fail("invalid")
-        return data
 
 
 def _owner_field(member: str) -> StrictCharField:
@@ -84,8 +33,8 @@ class ApiKeyConfigSerializer(StrictSerializer):
 
     tier = StrictCharField(required=False, max_length=32,
                            help_text="free, augmented, premium, cool, partner, limited, exclusive or special.")
-    credits = StrictIntegerField(required=False, help_text=">= 0 and <= maxCredits.")
-    maxCredits = StrictIntegerField(required=False, help_text=">= 0.")
+    credits = StrictIntegerField(required=False, bigint=True, help_text=">= 0 and <= maxCredits.")
+    maxCredits = StrictIntegerField(required=False, bigint=True, help_text=">= 0.")
     rpm = StrictIntegerField(required=False, help_text="Requests per minute, 1 to 1000.")
     rph = StrictIntegerField(required=False, help_text="Requests per hour, 1 to 10000.")
     owner = OwnerSerializer(required=False, help_text="Merged member by member into the current owner.")

@@ -1,0 +1,158 @@
+"""Strict parsing of JSON request bodies, shared by the metered operations and the admin API.
+
+One rule everywhere: a member must be a JSON value of the declared JSON type and is
+never coerced (plain DRF would turn 5 into "5", "yes" or 1 into True, "2" or 2.0 into
+2), and a member the serializer does not declare is refused with the code
+``unknown_parameter`` instead of being quietly dropped. utils_app.errors turns the
+first error into the error body, with the member as a dotted ``param``.
+
+JSON null is refused by every field (DRF's code ``null``, reported as
+``missing_field``) unless the field is declared ``allow_null=True``, as ``optional()``
+does. On such a field null means "not given", as in the OpenAI API: StrictSerializer
+leaves it out of the validated data. DRF applies a field's default only to an absent
+member, not to a null one, so a serializer whose defaults must hold for null too
+merges them back in (as the gateway's image, speech and embeddings requests do).
+"""
+from collections.abc import Mapping
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+from rest_framework.exceptions import ErrorDetail, ValidationError
+
+# PostgreSQL bigint: a larger figure would fail in the database as a 500, not a 400.
+BIGINT_MIN = -(2**63)
+BIGINT_MAX = 2**63 - 1
+
+
+def fail(message: str, code: str = "invalid"):
+    """Raise a validation error from a custom field or validate_* method."""
+    raise ValidationError(ErrorDetail(message, code=code))
+
+
+# ---------------------------------------------------------------- strict scalar fields
+
+@extend_schema_field(OpenApiTypes.STR)
+class StrictCharField(serializers.CharField):
+    """A JSON string, never a coerced number; whitespace is kept as sent (prompts and names are data)."""
+
+    default_error_messages = {"invalid": "Must be a string."}
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictChoiceField(serializers.ChoiceField):
+    """A JSON string that is one of the choices (the OpenAPI schema lists them as an enum)."""
+
+    default_error_messages = {"invalid": "Must be a string.", "invalid_choice": "Must be one of: {choices}."}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        if data not in self.choices:
+            self.fail("invalid_choice", choices=", ".join(map(str, self.choices)))
+        return data
+
+
+@extend_schema_field(OpenApiTypes.INT)
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer: no booleans, no numeric strings, no 5.0.
+
+    ``bigint=True`` also refuses what PostgreSQL's bigint cannot hold, for members
+    stored in a BigIntegerField.
+    """
+
+    default_error_messages = {"invalid": "Must be an integer.", "too_large": "Must be at most {limit}.",
+                              "too_small": "Must be at least {limit}."}
+
+    def __init__(self, *, bigint: bool = False, **kwargs):
+        self.bigint = bigint
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        if self.bigint and data > BIGINT_MAX:
+            self.fail("too_large", limit=BIGINT_MAX)
+        if self.bigint and data < BIGINT_MIN:
+            self.fail("too_small", limit=BIGINT_MIN)
+        return data
+
+
+@extend_schema_field(OpenApiTypes.NUMBER)
+class StrictFloatField(serializers.FloatField):
+    """A JSON number (integer or fraction), returned as a float; not a string, not a boolean."""
+
+    default_error_messages = {"invalid": "Must be a number."}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            self.fail("invalid")
+        # DRF's FloatField refuses NaN, the infinities and integers too large for a float.
+        return super().to_internal_value(data)
+
+
+@extend_schema_field(OpenApiTypes.BOOL)
+class StrictBooleanField(serializers.BooleanField):
+    """JSON true or false: DRF's BooleanField would also take "yes", "on" and 1."""
+
+    default_error_messages = {"invalid": "Must be true or false."}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
+
+
+@extend_schema_field(OpenApiTypes.OBJECT)
+class StrictJsonObjectField(serializers.Field):
+    """Any JSON object, passed on untouched (tool schemas, response_format and the like)."""
+
+    default_error_messages = {"invalid": "Must be an object."}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            self.fail("invalid")
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
+def optional(field_class, **kwargs):
+    """A member that may be left out or sent as null (which then counts as not sent)."""
+    kwargs.setdefault("required", False)
+    kwargs.setdefault("allow_null", True)
+    return field_class(**kwargs)
+
+
+# ---------------------------------------------------------------- the strict base
+
+class StrictSerializer(serializers.Serializer):
+    """A serializer that refuses members it does not declare (code unknown_parameter)."""
+    # The docstring above is also the OpenAPI description of every subclass without its own.
+
+    def to_internal_value(self, data):
+        # Not a mapping: DRF's own "Expected a dictionary" error, not one error per character.
+        if isinstance(data, Mapping):
+            for name in data:
+                if name not in self.fields:
+                    raise ValidationError({name: [ErrorDetail(f"Unknown parameter '{name}'.",
+                                                              code="unknown_parameter")]})
+        validated = super().to_internal_value(data)
+        # Only a field declared allow_null lets a null through; it means "not given".
+        return {name: value for name, value in validated.items() if value is not None}
+
+    def validated(self) -> tuple[dict, set]:
+        """(validated members with defaults, names the client actually sent with a value); raises when invalid."""
+        self.is_valid(raise_exception=True)
+        data = dict(self.validated_data)
+        sent = {name for name, value in self.initial_data.items() if value is not None}
+        return data, sent

@@ -30,9 +30,6 @@ from utils_app.serializers import (
     optional,
 )
 
-# gateway.views names the base of the operations' request serializers by this name.
-StrictRequest = StrictSerializer
-
 MODEL_ID_MAX = 120
 CHAT_ROLES = ("system", "user", "assistant", "tool")
 IMAGE_QUALITIES = ("standard", "hd", "ultra_hd", "clarity")

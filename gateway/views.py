@@ -16,6 +16,7 @@ from keys.auth import BearerKeyAuthentication, HasApiKey
 from keys.models import ApiKey
 from utils_app.errors import GatewayError, NotFound, json_error, parse_json_object
 from utils_app.schema import error_responses
+from utils_app.serializers import StrictSerializer
 
 ERRORS = error_responses(400, 401, 402, 403, 404, 413, 429, 500, 502, 504)
 METERED_HEADERS = ("Every answer also carries X-Remaining-Credits and X-RateLimit-Limit-Requests, "
@@ -76,7 +77,7 @@ class MeteredView(APIView):
     authentication_classes = [BearerKeyAuthentication]
     permission_classes = [HasApiKey]
     content_negotiation_class = JsonNegotiation
-    request_serializer: type[serializers.StrictRequest]
+    request_serializer: type[StrictSerializer]
 
     def read(self, request) -> tuple[dict, set]:
         """The validated body and the members the client sent."""

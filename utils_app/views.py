@@ -77,7 +77,7 @@ class HealthView(APIView):
 
 # ---------------------------------------------------------------- facts
 
-class StrictIntegerField(serializers.IntegerField):
+class DigitsQueryField(serializers.IntegerField):
     """Digits only: DRF's IntegerField would also take "2.0" or " 2 "."""
 
     def get_value(self, dictionary):
@@ -93,7 +93,7 @@ class StrictIntegerField(serializers.IntegerField):
 
 
 class FactsQuerySerializer(serializers.Serializer):
-    count = StrictIntegerField(required=False, default=1, min_value=1, max_value=100,
+    count = DigitsQueryField(required=False, default=1, min_value=1, max_value=100,
                                help_text="How many distinct facts to return.",
                                error_messages={message: "must be a whole number from 1 to 100."
                                                for message in ("invalid", "min_value", "max_value", "max_string_length")})

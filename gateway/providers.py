@@ -114,6 +114,10 @@ def _session(provider: Provider) -> requests.Session:
             session = _sessions.get(key)
             if session is None:
                 session = requests.Session()
+                # Proxy settings are read from the environment once, here, instead of on every
+                # call: with trust_env on, requests re-reads them and stats ~/.netrc per request.
+                session.trust_env = False
+                session.proxies.update(requests.utils.get_environ_proxies(provider.base_url or "http://localhost"))
                 # No automatic retries: the fallback chain decides what happens after a failure.
                 adapter = HTTPAdapter(pool_connections=4, pool_maxsize=POOL_SIZE, max_retries=0)
                 session.mount("http://", adapter)

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
+from django.db import connection
 from django.utils import timezone
 
 from gateway import media, providers
@@ -208,6 +209,18 @@ def _event(payload) -> bytes:
 DONE = b"data: [DONE]\n\n"
 
 
+def _release_database_connection() -> None:
+    """Give the thread's PostgreSQL connection back to the pool while a stream runs.
+
+    A stream can last minutes and needs the database only at its end (the usage
+    row); holding a pooled connection meanwhile would let a few hundred open
+    streams starve every other request. Inside a transaction (tests) nothing is
+    released. SQLite has no server connections to spare, so it keeps its own.
+    """
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        connection.close()
+
+
 class ChatRelay:
     """The body of a streamed chat response: upstream chunks relayed one by one as they arrive.
 
@@ -231,6 +244,7 @@ class ChatRelay:
 
     def _relay(self) -> Iterator[bytes]:
         model_id = self._meter.model.model_id
+        _release_database_connection()
         try:
             for chunk in self._upstream:
                 usage = chunk.get("usage")

@@ -173,7 +173,7 @@ CORS_EXPOSE_HEADERS = [
 # process-local, which is why the embedded default runs one gunicorn worker.
 RATELIMIT_USE_CACHE = "default"
 RATELIMIT_FAIL_OPEN = True
-# Django's own RedisCache is atomic (SET NX + INCR) although the library does not list it;
+# Our RedisCache (utils_app.cache) is atomic (SET NX + INCR) although the library does not list it;
 # local memory is flagged as not shared, which is the documented single-process default.
 SILENCED_SYSTEM_CHECKS = ["django_ratelimit.W001"] + ([] if SHARED_CACHE else ["django_ratelimit.E003"])
 

@@ -68,7 +68,7 @@ class HealthView(APIView):
     def get(self, request):
         checks = {
             "database": {"vendor": connection.vendor, **_check(_database)},
-            "cache": {"backend": "redis" if "redis" in type(cache).__module__ else "local-memory", **_check(_cache)},
+            "cache": {"backend": "redis" if settings.SHARED_CACHE else "local-memory", **_check(_cache)},
         }
         healthy = all(check["status"] == "up" for check in checks.values())
         return Response({"status": "ok" if healthy else "degraded", "checks": checks},

@@ -217,6 +217,29 @@ def test_a_valid_nested_member_is_kept_as_sent():
     assert data["owner"] == {"name": "  ann "}
 
 
+def test_top_level_instances_of_one_class_validate_with_fields_built_once():
+    first, second = Request(data={"model": "m"}), Request(data={"model": "n"})
+    assert first.fields is second.fields
+    assert first.fields["owner"].fields is second.fields["owner"].fields
+    assert Request(data={"model": "m"}, partial=True).fields is not first.fields
+    assert Request(data={"model": "m"}, context={"request": None}).fields is not first.fields
+
+
+def test_shared_fields_keep_nothing_of_one_request_for_the_next():
+    assert first_error(Request(data={"model": "m", "owner": {"name": 5}}))[:2] == ("owner.name", "invalid_value")
+    data, sent = Request(data={"model": "m", "owner": {"name": "ann"}}).validated()
+    assert data == {"model": "m", "n": 1, "owner": {"name": "ann"}}
+    assert sent == {"model", "owner"}
+    assert Request(data={"model": "m"}).validated() == ({"model": "m", "n": 1}, {"model"})
+
+
+def test_a_partial_serializer_still_skips_the_members_left_out():
+    # Fields read partial through their root: a partial instance must not use fields bound to another.
+    serializer = Request(data={"user": "ann"}, partial=True)
+    assert serializer.is_valid(), serializer.errors
+    assert serializer.validated_data == {"user": "ann"}
+
+
 # ---------------------------------------------------------------- OpenAPI
 
 class Probe(StrictSerializer):

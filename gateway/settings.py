@@ -68,13 +68,17 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "corsheaders.middleware.CorsMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    # Django's session, CSRF, auth and messages middleware, skipped on API_PATH_PREFIXES.
+    "utils_app.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "utils_app.middleware.CsrfViewMiddleware",
+    "utils_app.middleware.AuthenticationMiddleware",
+    "utils_app.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+# The JSON API, authenticated with bearer keys: no cookies, sessions or CSRF there
+# (utils_app.middleware), and CORS on (CORS_URLS_REGEX below names the same prefixes).
+API_PATH_PREFIXES = ("/v1/", "/utils/")
 
 ROOT_URLCONF = "gateway.urls"
 WSGI_APPLICATION = "gateway.wsgi.application"

@@ -49,6 +49,20 @@ def test_the_lookup_is_one_query(client, free_key, django_assert_num_queries):
         assert client.get("/probe/key", **bearer(secret)).status_code == 200
 
 
+def test_the_lookup_builds_the_complete_key_as_the_orm_would(free_key):
+    from keys.auth import key_with_digest
+
+    key, secret = free_key
+    ApiKey.objects.filter(pk=key.pk).update(owner_category="bots")
+    expected = ApiKey.objects.get(pk=key.pk)
+    found = key_with_digest(expected.digest)
+    assert found == expected
+    assert {field.attname: getattr(found, field.attname) for field in ApiKey._meta.concrete_fields} == {
+        field.attname: getattr(expected, field.attname) for field in ApiKey._meta.concrete_fields}
+    assert found.owner_category == "bots"
+    assert key_with_digest("0" * 64) is None
+
+
 def test_an_ordinary_key_is_refused_on_admin_operations(client, free_key):
     _, secret = free_key
     assert_error(client.get("/probe/admin", **bearer(secret)), 401, "admin_required")

@@ -122,7 +122,7 @@ class Meter:
 
     def _record(self, *, status: int, success: bool, input_tokens: int, output_tokens: int,
                 credits_charged: int) -> None:
-        UsageEvent.objects.create(
+        UsageEvent.objects.record(
             key=self.key, model=self.model, operation=self.operation, status=status, success=success,
             input_tokens=max(0, int(input_tokens)), output_tokens=max(0, int(output_tokens)),
             credits_charged=credits_charged, latency_ms=int((time.monotonic() - self.started) * 1000),

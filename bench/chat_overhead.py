@@ -56,8 +56,7 @@ def run_wrk(url: str, *, connections: int, duration: int, keys_file: Path | None
 
 
 def measure(backend: str, workdir: Path, args, nginx: harness.Process) -> list[dict]:
-    extra_env = {"DJANGO_SETTINGS_MODULE": "bench.whatif_settings"} if args.what_if else {}
-    gateway = harness.Gateway(backend, workdir, extra_env=extra_env)
+    gateway = harness.Gateway(backend, workdir)
     gateway.prepare(keys=args.keys)
     workers, threads = gateway.workers_and_threads()
     gateway.start()
@@ -134,8 +133,6 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=100, help="keys the requests go round-robin over")
     parser.add_argument("--out", type=Path, help="also write the raw results as JSON here")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, databases)")
-    parser.add_argument("--what-if", action="store_true",
-                        help="serve with bench/whatif_settings.py (persistent SQLite connections)")
     args = parser.parse_args()
     args.duration = max(1, min(args.duration, 300))
 
@@ -150,8 +147,7 @@ def main() -> None:
         nginx.stop()
         harness.remove_workdir(workdir, keep=args.keep)
     started = time.strftime("%Y-%m-%d %H:%M")
-    what_if = ", what-if settings bench/whatif_settings.py" if args.what_if else ""
-    print(f"\nchat_overhead.py, {started}, {args.duration} s per run, {os.cpu_count()} CPUs{what_if}\n")
+    print(f"\nchat_overhead.py, {started}, {args.duration} s per run, {os.cpu_count()} CPUs\n")
     print(table(rows))
     if args.out:
         args.out.write_text(json.dumps(rows, indent=2))

@@ -1,7 +1,7 @@
 """Where the time of one metered chat request goes: queries, cache round trips, upstream call.
 
     .venv/bin/python bench/profile_request.py [--backend embedded|postgres+redis] [--model bench-chat]
-                                              [--requests 300] [--cprofile 25]
+                                              [--requests 300] [--cprofile 25] [--conn-max-age 0]
 
 Runs the whole Django stack in this process (middleware, URL routing, DRF, the gateway's services)
 by calling the WSGI application the way gunicorn does, against the same fake upstream the throughput bench uses (nginx,
@@ -9,10 +9,12 @@ by calling the WSGI application the way gunicorn does, against the same fake ups
 --requests identical non-streamed chat requests and, for each one, measures:
 
 - SQL: every statement (a connection.execute_wrapper), its count and time in the driver, and the
-  opening or health check of the database connection;
+  opening, closing or health check of the database connection (on PostgreSQL: taking it from the
+  pool and giving it back);
 - cache: every call of the Django cache API (outermost calls only) and, on Redis, every command
   sent to the server (redis-py's execute_command, i.e. one network round trip each);
 - upstream: the time inside requests' HTTPAdapter.send (connect + send + wait + read);
+- garbage collection: the pauses of Python's cyclic garbage collector (gc.callbacks);
 - the named phases below (inclusive wall time of those functions, when the code has them);
 - the rest: Python (Django, DRF, serialisation, the gateway's own code).
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import functools
+import gc
 import importlib
 import io
 import json
@@ -72,6 +75,8 @@ class Meter:
         self.upstream: list[float] = []
         self.phases: dict[str, float] = defaultdict(float)
         self.phase_calls: dict[str, int] = defaultdict(int)
+        self.gc: list[float] = []
+        self._gc_start = 0.0
         self._cache_depth = 0
 
 
@@ -159,6 +164,15 @@ def time_sql(execute, sql, params, many, context):
         meter.sql_text.append(sql)
 
 
+def instrument_gc() -> None:
+    def on_gc(phase, info):
+        if phase == "start":
+            meter._gc_start = time.perf_counter()
+        else:
+            meter.gc.append(time.perf_counter() - meter._gc_start)
+    gc.callbacks.append(on_gc)
+
+
 def instrument_upstream() -> None:
     import requests.adapters
 
@@ -209,11 +223,15 @@ def main() -> None:
     parser.add_argument("--cprofile", type=int, default=0, help="print the top N functions of a cProfile")
     parser.add_argument("--sort", default="tottime", choices=["tottime", "cumulative"],
                         help="order of the cProfile list (own time or inclusive time)")
+    parser.add_argument("--dump", type=Path, help="also write the raw cProfile stats here (for pstats)")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (database, nginx log)")
     parser.add_argument("--conn-max-age", type=int, default=None,
-                        help="what-if: override the database's CONN_MAX_AGE (SQLite has none by default)")
+                        help="embedded only: override SQLite's CONN_MAX_AGE (0 opens a connection per request, "
+                             "as before persistent connections; PostgreSQL uses a connection pool instead)")
     args = parser.parse_args()
     args.requests = max(10, min(args.requests, 10000))
+    if args.conn_max_age is not None and args.backend != "embedded":
+        parser.error("--conn-max-age applies to the embedded default only (PostgreSQL uses a connection pool)")
 
     workdir = harness.make_workdir("profile")
     nginx = harness.start_nginx(workdir)
@@ -268,7 +286,11 @@ def profile(args) -> str:
         found_phases.append(f"DatabaseWrapper.{method}")
     instrument_cache()
     instrument_upstream()
-    key, secret = issue_key(actor="bench profile", tier="free", credits=10**9, rpm=1000, rph=10000)
+    instrument_gc()
+    # A key may make 1000 requests a minute: enough keys for the run, used round-robin.
+    secrets = [issue_key(actor="bench profile", tier="free", credits=10**9, rpm=1000, rph=10000)[1]
+               for _ in range((args.requests + 20) // 900 + 1)]
+    turn = iter(range(10**9))
     connection.close()  # the request path opens its own, as under gunicorn
     body = json.dumps({"model": args.model, "messages": [
         {"role": "system", "content": "You are terse."},
@@ -276,7 +298,7 @@ def profile(args) -> str:
 
     def send():
         status, content = wsgi_post(application, "/v1/chat/completions", body,
-                                    {"Authorization": f"Bearer {secret}"})
+                                    {"Authorization": f"Bearer {secrets[next(turn) % len(secrets)]}"})
         if not status.startswith("200"):
             raise SystemExit(f"chat answered {status}: {content[:500]!r}")
 
@@ -285,6 +307,7 @@ def profile(args) -> str:
 
     totals, cpu_times, sql_counts, sql_times, connect_times = [], [], [], [], []
     cache_counts, cache_times, redis_counts, upstream_times = [], [], [], []
+    gc_counts, gc_times = [], []
     phase_samples: dict[str, list[float]] = defaultdict(list)
     sample_queries, sample_cache, sample_redis, sample_calls = [], [], [], {}
     profiler = cProfile.Profile() if args.cprofile else None
@@ -307,6 +330,8 @@ def profile(args) -> str:
             cache_times.append(sum(t for _, t in meter.cache_calls))
             redis_counts.append(len(meter.redis_commands))
             upstream_times.append(sum(meter.upstream))
+            gc_counts.append(len(meter.gc))
+            gc_times.append(sum(meter.gc))
             for name in found_phases:
                 phase_samples[name].append(meter.phases.get(name, 0.0))
             if index == args.requests - 1:
@@ -320,7 +345,7 @@ def profile(args) -> str:
     cache, upstream = median_ms(cache_times), median_ms(upstream_times)
     out = io.StringIO()
     w = functools.partial(print, file=out)
-    what_if = "" if args.conn_max_age is None else f", what-if CONN_MAX_AGE={args.conn_max_age}"
+    what_if = "" if args.conn_max_age is None else f", SQLite CONN_MAX_AGE={args.conn_max_age}"
     w(f"\nprofile_request.py: backend {args.backend}, model {args.model}, {args.requests} requests{what_if} "
       f"(medians; {connection.vendor}, cache {type(caches['default']).__name__}; "
       f"load average {harness.load_average()})\n")
@@ -337,6 +362,9 @@ def profile(args) -> str:
     if any(redis_counts):
         w(f"| Redis commands (network round trips) | {statistics.median(redis_counts):.0f} |")
     w(f"| upstream HTTP call (requests HTTPAdapter.send) | {upstream:.3f} ms |")
+    # Collections are occasional, so their median is 0: the mean says what they cost a request.
+    w(f"| garbage collector pauses (mean, not median) | {statistics.mean(gc_counts):.2f} collections, "
+      f"{statistics.mean(gc_times) * 1000:.3f} ms |")
     w(f"| the rest: Python (Django, DRF, JSON, gateway code) "
       f"| {max(total - sql - connect - cache - upstream, 0):.3f} ms |")
     if phase_samples:
@@ -355,6 +383,8 @@ def profile(args) -> str:
         stream = io.StringIO()
         stats = pstats.Stats(profiler, stream=stream)
         stats.sort_stats(args.sort).print_stats(args.cprofile)
+        if args.dump:
+            stats.dump_stats(args.dump)
         w(f"\ncProfile over {args.requests} requests, top {args.cprofile} by {args.sort}:")
         w(stream.getvalue())
     return out.getvalue()

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/chat_overhead.py [--backends embedded postgres+redis] [--duration 10]
                                             [--connections 1 16 64] [--keys 100] [--out results.json]
+                                            [--rounds 1] [--source DIR ...]
 
 It starts nginx as the fast fake upstream (bench/upstream/nginx.conf.in, 127.0.0.1:18201), then for
 each backend a gateway under gunicorn from the working tree (bench/harness.py: own data dir, fresh
@@ -10,6 +11,12 @@ connection count: first directly against nginx, then through the gateway (model 
 nginx answers), then through the gateway with the in-process local-chat model (no upstream call at
 all, so the gateway's own cost alone). Prints a Markdown table: requests/s, p50 and p99 latency,
 the gateway/direct throughput ratio and the latency the gateway adds.
+
+Other work on a shared machine moves every figure by tens of percent from one minute to the next.
+--rounds N repeats the whole measurement N times and reports the median of each figure. --source
+serves the gateway from other copies of the project as well (an export of an older commit:
+`git archive REV | tar -x -C DIR`), in turn with the working tree within each round, so a change
+can be compared with what came before under the same conditions.
 
 One key may make 1000 requests a minute and 10000 an hour, less than a benchmark makes, so the
 requests go round-robin over --keys keys (each with rpm 1000, rph 10000, 10^9 credits); a 429 or
@@ -22,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -55,8 +63,8 @@ def run_wrk(url: str, *, connections: int, duration: int, keys_file: Path | None
     return result
 
 
-def measure(backend: str, workdir: Path, args, nginx: harness.Process) -> list[dict]:
-    gateway = harness.Gateway(backend, workdir)
+def measure(backend: str, workdir: Path, args, nginx: harness.Process, source: Path) -> list[dict]:
+    gateway = harness.Gateway(backend, workdir, source=source)
     gateway.prepare(keys=args.keys)
     workers, threads = gateway.workers_and_threads()
     gateway.start()
@@ -80,8 +88,8 @@ def measure(backend: str, workdir: Path, args, nginx: harness.Process) -> list[d
                 result = run_wrk(url, connections=connections, duration=args.duration, keys_file=keys,
                                  model=model, result_file=workdir / "wrk.json", cpu=cpu)
                 result.update(backend=backend, target=name, connections=connections,
-                              workers=workers, threads=threads)
-                harness.log(f"{backend} c={connections} {name}: {result['rps']:.0f} req/s, "
+                              workers=workers, threads=threads, source=source_label(source))
+                harness.log(f"{source_label(source)} {backend} c={connections} {name}: {result['rps']:.0f} req/s, "
                             f"p50 {result['p50_us'] / 1000:.2f} ms, p99 {result['p99_us'] / 1000:.2f} ms, "
                             f"non-2xx {result['non_2xx']}, socket errors {result['socket_errors']}, load {result['load']}, "
                             f"CPU ms/request {result['cpu_ms']}")
@@ -89,6 +97,29 @@ def measure(backend: str, workdir: Path, args, nginx: harness.Process) -> list[d
     finally:
         gateway.stop()
     return rows
+
+
+def source_label(source: Path) -> str:
+    return "working tree" if Path(source).resolve() == harness.ROOT else Path(source).name
+
+
+def medians(rows: list[dict]) -> list[dict]:
+    """One row per (source, backend, connections, target): the median of each figure over the rounds."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["source"], row["backend"], row["connections"], row["target"]), []).append(row)
+    merged = []
+    for runs in groups.values():
+        row = dict(runs[0], rounds=len(runs))
+        for name in ("rps", "p50_us", "p99_us"):
+            row[name] = statistics.median(run[name] for run in runs)
+        row["cpu_ms"] = {group: statistics.median(run["cpu_ms"][group] for run in runs)
+                         for group in runs[0]["cpu_ms"]}
+        row["non_2xx"] = sum(run["non_2xx"] for run in runs)
+        row["socket_errors"] = sum(run["socket_errors"] for run in runs)
+        row["load"] = max(run["load"] for run in runs)
+        merged.append(row)
+    return merged
 
 
 def cpu_cell(row: dict) -> str:
@@ -105,15 +136,19 @@ def table(rows: list[dict]) -> str:
         "| gateway p50 / p99 ms | added p50 / p99 ms | local-chat req/s, p50 ms | gateway CPU ms/req (+ PostgreSQL) | non-2xx | load |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    index = {(r["backend"], r["connections"], r["target"]): r for r in rows}
-    for backend in dict.fromkeys(r["backend"] for r in rows):
+    index = {(r["source"], r["backend"], r["connections"], r["target"]): r for r in rows}
+    sources = list(dict.fromkeys(r["source"] for r in rows))
+    for backend, source in dict.fromkeys((r["backend"], r["source"]) for r in rows):
         for connections in dict.fromkeys(r["connections"] for r in rows if r["backend"] == backend):
-            direct = index[(backend, connections, "direct")]
-            gateway = index[(backend, connections, "gateway")]
-            local = index[(backend, connections, "gateway local-chat")]
+            direct = index[(source, backend, connections, "direct")]
+            gateway = index[(source, backend, connections, "gateway")]
+            local = index[(source, backend, connections, "gateway local-chat")]
             errors = sum(r["non_2xx"] + r["socket_errors"] for r in (direct, gateway, local))
+            label = f"{backend} ({gateway['workers']}×{gateway['threads']})"
+            if len(sources) > 1:
+                label += f", {source}"
             lines.append(
-                f"| {backend} ({gateway['workers']}×{gateway['threads']}) | {connections} "
+                f"| {label} | {connections} "
                 f"| {direct['rps']:,.0f} | {gateway['rps']:,.0f} | {gateway['rps'] / direct['rps']:.3f} "
                 f"| {direct['p50_us'] / 1000:.2f} / {direct['p99_us'] / 1000:.2f} "
                 f"| {gateway['p50_us'] / 1000:.2f} / {gateway['p99_us'] / 1000:.2f} "
@@ -133,22 +168,30 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=100, help="keys the requests go round-robin over")
     parser.add_argument("--out", type=Path, help="also write the raw results as JSON here")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, databases)")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat everything; report medians (at most 10)")
+    parser.add_argument("--source", type=Path, nargs="+", default=[],
+                        help="also serve the gateway from these copies of the project, in turn with the working tree")
     args = parser.parse_args()
     args.duration = max(1, min(args.duration, 300))
+    args.rounds = max(1, min(args.rounds, 10))
+    sources = [Path(source).resolve() for source in args.source] + [harness.ROOT]
 
     workdir = harness.make_workdir("chat_bench")
     harness.log(f"work dir {workdir}")
     nginx = harness.start_nginx(workdir)
     rows = []
     try:
-        for backend in args.backends:
-            rows += measure(backend, workdir, args, nginx)
+        for round_ in range(args.rounds):
+            for backend in args.backends:
+                for number, source in enumerate(sources):
+                    rows += measure(backend, workdir / f"round{round_}-source{number}", args, nginx, source)
     finally:
         nginx.stop()
         harness.remove_workdir(workdir, keep=args.keep)
     started = time.strftime("%Y-%m-%d %H:%M")
-    print(f"\nchat_overhead.py, {started}, {args.duration} s per run, {os.cpu_count()} CPUs\n")
-    print(table(rows))
+    rounds = f", median of {args.rounds} rounds" if args.rounds > 1 else ""
+    print(f"\nchat_overhead.py, {started}, {args.duration} s per run{rounds}, {os.cpu_count()} CPUs\n")
+    print(table(medians(rows)))
     if args.out:
         args.out.write_text(json.dumps(rows, indent=2))
 

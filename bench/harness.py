@@ -222,12 +222,20 @@ def _reset_redis(url: str) -> None:
 
 
 class Gateway:
-    """One gateway instance served by gunicorn from the working tree, with its own data."""
+    """One gateway instance served by gunicorn from the working tree, with its own data.
 
-    def __init__(self, backend: str, workdir: Path, *, port: int | None = None, extra_env: dict | None = None):
+    ``source`` serves another copy of the project instead (an export of an older commit, say),
+    with this tree's virtualenv, to compare the two under the same conditions.
+    """
+
+    def __init__(self, backend: str, workdir: Path, *, port: int | None = None, extra_env: dict | None = None,
+                 source: Path = ROOT):
         if backend not in GATEWAY_PORTS:
             raise ValueError(f"backend must be one of {', '.join(GATEWAY_PORTS)}")
+        if not (Path(source) / "manage.py").is_file():
+            raise ValueError(f"{source} is not a copy of the project (no manage.py)")
         self.backend = backend
+        self.source = Path(source)
         self.port = port or GATEWAY_PORTS[backend]
         self.dir = workdir / backend.replace("+", "_")
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -250,7 +258,7 @@ class Gateway:
         self.keys_file = self.dir / "keys.txt"
 
     def manage(self, *args: str, capture: bool = False) -> str:
-        result = subprocess.run([PYTHON, "manage.py", *args], cwd=ROOT, env=self.env, check=True,
+        result = subprocess.run([PYTHON, "manage.py", *args], cwd=self.source, env=self.env, check=True,
                                 stdout=subprocess.PIPE if capture else subprocess.DEVNULL, text=True)
         return result.stdout if capture else ""
 
@@ -284,7 +292,7 @@ class Gateway:
         self.process = Process(
             f"gateway ({self.backend}) on :{self.port}",
             [str(VENV_BIN / "gunicorn"), "-c", "python:gateway.gunicorn_conf", "gateway.wsgi"],
-            env=self.env, logfile=self.dir / "gunicorn.log")
+            env=self.env, logfile=self.dir / "gunicorn.log", cwd=self.source)
         wait_for_port(self.port, path="/health", timeout=60, process=self.process)
 
     def stop(self) -> None:
@@ -299,7 +307,7 @@ class Gateway:
     def workers_and_threads(self) -> tuple[int, int]:
         """What gateway/gunicorn_conf.py chose for this environment."""
         code = "import gateway.gunicorn_conf as c; print(c.workers, c.threads)"
-        out = subprocess.run([PYTHON, "-c", code], cwd=ROOT, env=self.env, check=True,
+        out = subprocess.run([PYTHON, "-c", code], cwd=self.source, env=self.env, check=True,
                              stdout=subprocess.PIPE, text=True).stdout.split()
         return int(out[0]), int(out[1])
 

@@ -10,6 +10,7 @@ from django.db import connection
 from django.utils import timezone
 
 from keys.models import ApiKey
+from utils_app.db import one_writer_at_a_time
 from utils_app.errors import InsufficientCredits
 
 _TABLE = ApiKey._meta.db_table
@@ -18,7 +19,7 @@ _TABLE = ApiKey._meta.db_table
 def charge(key: ApiKey, amount: int) -> int:
     """Take ``amount`` credits from the key; returns the balance left. Raises 402 when short."""
     now = connection.ops.adapt_datetimefield_value(timezone.now())
-    with connection.cursor() as cursor:
+    with one_writer_at_a_time(connection), connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {_TABLE} SET credits = credits - %s, last_used_at = %s "
             f"WHERE id = %s AND credits >= %s RETURNING credits",
@@ -36,7 +37,7 @@ def refund(key: ApiKey, amount: int) -> int:
     """Give back a charge whose upstream call failed; returns the new balance."""
     if amount <= 0:
         return key.credits
-    with connection.cursor() as cursor:
+    with one_writer_at_a_time(connection), connection.cursor() as cursor:
         cursor.execute(f"UPDATE {_TABLE} SET credits = credits + %s WHERE id = %s RETURNING credits",
                        [amount, key.pk])
         row = cursor.fetchone()

@@ -2,6 +2,7 @@ from django.db import connections, models, router
 from django.db.models import Q, Sum
 
 from keys.models import TIERS
+from utils_app.db import one_writer_at_a_time
 
 MODEL_TYPES = ("chat", "image", "speech", "embedding")
 PROVIDER_TYPES = ("openai", "local")
@@ -102,7 +103,7 @@ class UsageEventQuerySet(models.QuerySet):
         params = [field.get_db_prep_save(values[field.attname] if field.attname in values else field.get_default(),
                                          connection)
                   for field in _INSERT_FIELDS]
-        with connection.cursor() as cursor:
+        with one_writer_at_a_time(connection), connection.cursor() as cursor:
             cursor.execute(statement, params)
 
     def totals(self) -> dict:

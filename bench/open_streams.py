@@ -12,7 +12,9 @@ stream ended. It reports:
 - held at once: the most streams that were receiving events at the same instant (client side),
   and the most streams the upstream had open at once (the fake upstream counts them);
 - first event within 1 s: streams served at once rather than queued behind a busy thread;
-- completed (`data: [DONE]` seen) and failed (non-200, error event or broken connection).
+- completed (`data: [DONE]` seen) and failed (non-200, error event or broken connection);
+- on PostgreSQL, the most connections the bench database had open at once during the burst
+  (pg_stat_activity, sampled every 0.5 s), which the gateway's connection pools bound.
 
 The same run first opens the streams directly against the fake upstream, to show the client and
 upstream are not the limit. The client is plain asyncio sockets: one process holds thousands.
@@ -23,8 +25,10 @@ import argparse
 import asyncio
 import json
 import sys
+import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
@@ -110,9 +114,37 @@ async def burst(port: int, path: str, keys: list[str], model: str, count: int, l
     }
 
 
-def run_level(port: int, path: str, keys: list[str], model: str, count: int, limit_seconds: float) -> dict:
+class ConnectionSampler:
+    """The most connections to the bench's PostgreSQL database seen at once while it runs."""
+
+    def __init__(self):
+        self.database = urlsplit(harness.PG_URL).path.lstrip("/")
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.wait(0.5):
+            self.peak = max(self.peak, len(harness.postgres_backends(self.database)))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(10)
+
+
+def run_level(port: int, path: str, keys: list[str], model: str, count: int, limit_seconds: float,
+              *, sample_connections: bool = False) -> dict:
     load = harness.load_average()
-    result = asyncio.run(burst(port, path, keys, model, count, limit_seconds))
+    if sample_connections:
+        with ConnectionSampler() as sampler:
+            result = asyncio.run(burst(port, path, keys, model, count, limit_seconds))
+        result["db_connections_peak"] = sampler.peak
+    else:
+        result = asyncio.run(burst(port, path, keys, model, count, limit_seconds))
     result["load"] = max(load, harness.load_average())
     # The fake upstream's peak covers its whole life, so each burst gets a fresh upstream.
     result["upstream_peak"] = harness.upstream_stats()["peak_streams"]
@@ -134,7 +166,8 @@ def measure(backend: str, workdir: Path, args, limit_seconds: float) -> list[dic
             ):
                 upstream = harness.start_stream_upstream(workdir, chunks=args.chunks, interval=args.interval)
                 try:
-                    result = run_level(port, "/v1/chat/completions", key_list, model, count, limit_seconds)
+                    result = run_level(port, "/v1/chat/completions", key_list, model, count, limit_seconds,
+                                       sample_connections=backend == "postgres+redis" and target == "gateway")
                 finally:
                     upstream.stop()
                 result.update(backend=backend, target=target, workers=workers, threads=threads)
@@ -175,13 +208,14 @@ def main() -> None:
     print(f"\nopen_streams.py, {time.strftime('%Y-%m-%d %H:%M')}, each stream {args.chunks} chunks "
           f"{args.interval} s apart ({stream_seconds:.0f} s)\n")
     print("| backend (workers×threads) | target | streams opened | held at once (client / upstream) "
-          "| first event ≤ 1 s | first event p50 / max s | completed | failed | load |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+          "| first event ≤ 1 s | first event p50 / max s | completed | failed | statuses "
+          "| database connections (peak) | load |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|")
     for r in rows:
         print(f"| {r['backend']} ({r['workers']}×{r['threads']}) | {r['target']} | {r['streams']} "
               f"| {r['held_at_once']} / {r['upstream_peak']} | {r['first_event_within_1s']} "
               f"| {r['first_event_p50_s']} / {r['first_event_max_s']} | {r['completed']} | {r['failed']} "
-              f"| {r['load']:.1f} |")
+              f"| {', '.join(r['statuses'])} | {r.get('db_connections_peak', '–')} | {r['load']:.1f} |")
     if args.out:
         args.out.write_text(json.dumps(rows, indent=2))
 

@@ -1,10 +1,7 @@
 """Per-key rpm and rph: counted across the four operations, and across processes sharing Redis."""
 import pytest
-import redis
 import requests
-from django_ratelimit.core import get_usage
 
-from keys import limits
 from models_catalog.models import UsageEvent
 from tests.gateway.conftest import LOCAL_BODIES, OPERATIONS, assert_error, away_from_minute_edge, gunicorn, post
 
@@ -43,67 +40,6 @@ def test_limits_belong_to_the_key_not_to_the_client(client, seeded, make_key):
     assert post(client, *LOCAL_BODIES["embedding"], first_secret).status_code == 200
     assert post(client, *LOCAL_BODIES["embedding"], first_secret).status_code == 429
     assert post(client, *LOCAL_BODIES["embedding"], second_secret).status_code == 200
-
-
-def counted(key, window: str) -> int:
-    """The key's counter in one window, read through django-ratelimit's own get_usage."""
-    period = dict(limits.WINDOWS)[window]
-    usage = get_usage(None, group=f"key-{window}", key=lambda group, request: str(key.pk),
-                      rate=(limits._COUNTER_CEILING, period), increment=False)
-    return usage["count"]
-
-
-@pytest.mark.django_db
-def test_the_counters_are_django_ratelimits_own(client, seeded, make_key):
-    key, secret = make_key(credits=100, max_credits=100)
-    away_from_minute_edge(key)
-    for _ in range(2):
-        assert post(client, *LOCAL_BODIES["embedding"], secret).status_code == 200
-    assert (counted(key, "rpm"), counted(key, "rph")) == (2, 2)
-
-
-@pytest.mark.django_db
-def test_a_request_refused_for_its_minute_does_not_use_up_its_hour(client, seeded, make_key):
-    key, secret = make_key(credits=100, max_credits=100, rpm=1, rph=10)
-    away_from_minute_edge(key)
-    assert post(client, *LOCAL_BODIES["embedding"], secret).status_code == 200
-    for _ in range(2):
-        assert_error(post(client, *LOCAL_BODIES["embedding"], secret), 429, "rate_limit_exceeded",
-                     "rate_limit_error", param="rpm")
-    assert (counted(key, "rpm"), counted(key, "rph")) == (3, 1)
-
-
-@pytest.mark.redis
-@pytest.mark.django_db
-def test_on_redis_both_windows_are_counted_in_one_round_trip(client, seeded, make_key, monkeypatch):
-    key, secret = make_key(credits=100, max_credits=100)
-    commands = []
-    original = redis.Redis.execute_command
-
-    def execute_command(self, *args, **options):
-        commands.append(args[0])
-        return original(self, *args, **options)
-
-    monkeypatch.setattr(redis.Redis, "execute_command", execute_command)
-    assert post(client, *LOCAL_BODIES["embedding"], secret).status_code == 200
-    assert commands == ["EVAL"]
-
-
-@pytest.mark.redis
-@pytest.mark.django_db
-def test_on_redis_the_limits_fail_open_when_the_cache_is_unreachable(client, seeded, make_key, monkeypatch,
-                                                                       caplog):
-    from django.core.cache import caches
-
-    _, secret = make_key(credits=100, max_credits=100, rpm=1)
-
-    def unreachable(*args, **kwargs):
-        raise redis.ConnectionError("Redis is down")
-
-    monkeypatch.setattr(type(caches["default"]), "count_in_windows", unreachable)
-    for _ in range(2):
-        assert post(client, *LOCAL_BODIES["embedding"], secret).status_code == 200
-    assert "rate-limit cache unreachable" in caplog.text
 
 
 # ---------------------------------------------------------------- two processes sharing Redis

@@ -43,19 +43,3 @@ def test_the_redis_incr_keeps_djangos_contract():
     assert cache.incr("incr-probe", 5) == 6
     client = cache._cache.get_client("incr-probe")
     assert 0 < client.ttl(cache.make_and_validate_key("incr-probe")) <= 30  # the expiry survives
-
-
-@pytest.mark.redis
-def test_counting_in_windows_starts_counters_with_their_expiry_and_stops_past_a_limit():
-    from django.core.cache import cache
-
-    cache.delete_many(["window-a", "window-b"])
-    windows = [("window-a", 60, 5), ("window-b", 3600, 5)]
-    assert cache.count_in_windows(windows) == [1, 1]
-    client = cache._cache.get_client("window-a")
-    assert 0 < client.ttl(cache.make_and_validate_key("window-a")) <= 60
-    assert 60 < client.ttl(cache.make_and_validate_key("window-b")) <= 3600
-    assert cache.count_in_windows(windows) == [2, 2]
-    cache.set("window-a", 5, 60)
-    assert cache.count_in_windows(windows) == [6]  # over its limit: the next window is not counted
-    assert (cache.get("window-a"), cache.get("window-b")) == (6, 2)

@@ -43,3 +43,15 @@ def test_the_redis_incr_keeps_djangos_contract():
     assert cache.incr("incr-probe", 5) == 6
     client = cache._cache.get_client("incr-probe")
     assert 0 < client.ttl(cache.make_and_validate_key("incr-probe")) <= 30  # the expiry survives
+
+
+@pytest.mark.redis
+def test_the_redis_cache_reuses_one_client_per_connection_pool():
+    from django.core.cache import cache
+
+    client = cache._cache.get_client("reuse-probe", write=True)
+    assert cache._cache.get_client("another-key", write=True) is client
+    assert client.connection_pool is cache._cache._get_connection_pool(True)
+    cache.set("reuse-probe", 3, 30)
+    assert cache.incr("reuse-probe") == 4
+    assert cache.get_many(["reuse-probe", "reuse-missing"]) == {"reuse-probe": 4}

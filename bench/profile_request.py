@@ -125,10 +125,8 @@ def instrument_cache() -> None:
 
     cache = caches["default"]
     for name in ("get", "set", "add", "incr", "decr", "delete", "get_many", "set_many", "delete_many",
-                 "touch", "has_key", "get_or_set", "count_in_windows"):
-        original = getattr(cache, name, None)
-        if original is None:  # count_in_windows: the gateway's Redis cache only
-            continue
+                 "touch", "has_key", "get_or_set"):
+        original = getattr(cache, name)
 
         def wrapper(*args, _original=original, _name=name, **kwargs):
             # Only the outermost call counts: get_or_set calls get and add itself.

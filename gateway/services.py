@@ -1,14 +1,16 @@
 """The metering pipeline shared by the four model operations.
 
-    authenticate (the view) -> validate (the serializer) -> resolve model -> tier access
-    -> rpm/rph limits -> charge credits -> call upstream, with fallbacks
-    -> refund on any upstream failure -> record one usage event
+    authenticate and count the request (the view: keys.auth, keys.limits)
+    -> validate (the serializer) -> resolve model -> tier access
+    -> charge credits with a pending ledger row (one statement)
+    -> call upstream, with fallbacks, holding no database connection
+    -> settle: complete the row and record usage (one statement),
+       or refund it on any failure
 
 ``metered()`` is that pipeline from "resolve model" on; each operation below
 only builds its upstream request and shapes its answer inside it. A request
-refused before the upstream call costs nothing, and on the happy path the
-database sees exactly one conditional UPDATE (the charge) and one INSERT (the
-usage event, whose rollups are kept by triggers); a failure adds the refund.
+refused before the charge costs nothing. gateway.metering holds the two
+statements and why they cannot lose a credit.
 """
 import base64
 import json
@@ -19,25 +21,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
-from django.db import connection
-from django.utils import timezone
+from django.db import DatabaseError, connection, transaction
 
-from gateway import media, providers
+from gateway import idempotency, media, metering, providers, sweeper
 from gateway.local_models import count_tokens
+from gateway.metering import Idempotency
 from gateway.providers import UpstreamRejected, content_text, prompt_text
-from keys import credits, limits
 from keys.models import ApiKey
 from models_catalog import catalog
-from models_catalog.models import AiModel, Provider, UsageEvent
-from utils_app.errors import (
-    AccessDenied,
-    GatewayError,
-    InsufficientCredits,
-    InvalidRequest,
-    NotFound,
-    UpstreamError,
-    as_gateway_error,
-)
+from models_catalog.models import AiModel, Provider
+from utils_app.errors import AccessDenied, GatewayError, InvalidRequest, NotFound, UpstreamError, as_gateway_error
+from utils_app.request_ids import request_id
 
 log = logging.getLogger("gateway.metering")
 T = TypeVar("T")
@@ -52,27 +46,44 @@ class Outcome:
     content: bytes | None = None
     content_type: str | None = None
     stream: Iterable[bytes] | None = None
+    status: int = 200
+
+
+def release_database_connection() -> None:
+    """Give the request's PostgreSQL connection back to the pool until the settlement.
+
+    The upstream call can last seconds (a stream, minutes) and needs no database;
+    holding a pooled connection meanwhile would let a few slow calls starve every
+    other request. Inside a transaction (tests) nothing is released. SQLite has no
+    server connections to spare, so it keeps its own.
+    """
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        connection.close()
 
 
 class Meter:
-    """One admitted request: its charge, and the settlement that follows the upstream call."""
+    """One admitted request: its pending charge, and the settlement that follows the upstream call."""
 
-    def __init__(self, *, key: ApiKey, model: AiModel, operation: str, charged: int,
-                 limit_state: limits.LimitState, chain: list[Provider]):
+    def __init__(self, *, key: ApiKey, model: AiModel, operation: str, entry: int, limit_headers: dict,
+                 chain: list[Provider], claim: Idempotency | None):
         self.key = key
         self.model = model
         self.operation = operation
-        self.charged = charged
-        self.limit_state = limit_state
+        self.entry = entry
+        self.limit_headers = limit_headers
         self.chain = chain
+        self.claim = claim
         self.started = time.monotonic()
         self.provider = ""
-        self.sent = False  # whether an upstream was asked: only those requests are recorded
+        self.sent = False  # whether an upstream was asked: only those requests are recorded as usage
         self.settled = False
 
     def headers(self) -> dict:
-        # key.credits follows the charge and any refund (keys.credits updates it in place).
-        return {"X-Remaining-Credits": str(self.key.credits), **self.limit_state.headers()}
+        # key.credits follows the charge and any refund.
+        return {"X-Remaining-Credits": str(self.key.credits), **self.limit_headers}
+
+    def latency_ms(self) -> int:
+        return int((time.monotonic() - self.started) * 1000)
 
     def call(self, operation: Callable[[providers.HttpProvider | providers.LocalProvider], T]) -> T:
         """Run an upstream call on the model's provider, then on each fallback while they fail.
@@ -95,42 +106,87 @@ class Meter:
                          "trying the next one" if provider is not self.chain[-1] else "no fallback left")
         raise failure
 
-    def succeed(self, *, input_tokens: int, output_tokens: int) -> None:
+    def succeed(self, *, input_tokens: int, output_tokens: int, answer: Outcome | bytes | None = None) -> None:
+        """Complete the charge and record the usage; ``answer`` is kept for Idempotency-Key retries.
+
+        The client gets its answer even when this write fails twice (the database just
+        went away): the charge then stays pending and the ledger sweeper refunds it, so
+        a fault can cost the service a request, never the client a credit.
+        """
         if self.settled:
             return
         self.settled = True
-        self._record(status=200, success=True, input_tokens=input_tokens, output_tokens=output_tokens,
-                     credits_charged=self.charged)
+        for attempt in (1, 2):
+            try:
+                self._complete(max(0, int(input_tokens)), max(0, int(output_tokens)), answer)
+                break
+            except DatabaseError:
+                if attempt == 2 or connection.in_atomic_block:
+                    log.error("charge %s of key %s could not be settled; it stays pending until the ledger "
+                              "sweeper refunds it", self.entry, self.key.prefix, exc_info=True)
+                    break
+                connection.close()  # a connection the database closed: the retry takes a fresh one
+        sweeper.maybe_sweep()
+
+    def _complete(self, input_tokens: int, output_tokens: int, answer) -> None:
+        settle = dict(entry=self.entry, key=self.key, model=self.model, operation=self.operation,
+                      provider=self.provider, input_tokens=input_tokens, output_tokens=output_tokens,
+                      latency_ms=self.latency_ms())
+        if self.claim is None:
+            metering.complete(**settle)
+            return
+        with transaction.atomic():
+            if metering.complete(**settle) and answer is not None:
+                idempotency.keep_answer(entry=self.entry, **_stored(answer, self.headers()))
 
     def fail(self, error: Exception) -> None:
         """Refund the charge, record the failure if an upstream was asked, and label the error."""
         if self.settled:
             return
         self.settled = True
-        try:
-            credits.refund(self.key, self.charged)
-        except Exception:
-            log.exception("refund of %s credit(s) to key %s failed", self.charged, self.key.prefix)
         status = error.status if isinstance(error, GatewayError) else 500
+        usage = None
         if self.sent:
-            try:
-                self._record(status=status, success=False, input_tokens=0, output_tokens=0, credits_charged=0)
-            except Exception:
-                log.exception("usage of a failed request could not be recorded")
+            usage = dict(model_id=self.model.pk, operation=self.operation, status=status, success=False,
+                         input_tokens=0, output_tokens=0, credits_charged=0, latency_ms=self.latency_ms(),
+                         provider=self.provider)
+        try:
+            balance = metering.refund(entry=self.entry, usage=usage, latency_ms=self.latency_ms(),
+                                      provider=self.provider)
+            if balance is not None:
+                self.key.credits = balance
+        except DatabaseError:
+            log.error("refund of charge %s of key %s failed; it stays pending until the ledger sweeper refunds "
+                      "it", self.entry, self.key.prefix, exc_info=True)
         if isinstance(error, GatewayError):
             error.headers = {**self.headers(), **error.headers}
+        sweeper.maybe_sweep()
 
-    def _record(self, *, status: int, success: bool, input_tokens: int, output_tokens: int,
-                credits_charged: int) -> None:
-        UsageEvent.objects.record(
-            key=self.key, model=self.model, operation=self.operation, status=status, success=success,
-            input_tokens=max(0, int(input_tokens)), output_tokens=max(0, int(output_tokens)),
-            credits_charged=credits_charged, latency_ms=int((time.monotonic() - self.started) * 1000),
-            provider=self.provider, created_at=timezone.now())
+
+def _stored(answer, headers: dict) -> dict:
+    """What an Idempotency-Key retry is answered with: headers (with the content type) and body bytes."""
+    if isinstance(answer, bytes):
+        return {"headers": {**headers, "Content-Type": "text/event-stream; charset=utf-8"}, "body": answer}
+    if answer.content is not None:
+        return {"headers": {**headers, "Content-Type": answer.content_type}, "body": answer.content}
+    return {"headers": {**headers, "Content-Type": "application/json"}, "body": idempotency.rendered(answer.body)}
+
+
+def previous_answer(*, request, key: ApiKey) -> Outcome | None:
+    """The stored answer of an earlier request with this request's Idempotency-Key, if there is one."""
+    claim = idempotency.from_request(request)
+    found = idempotency.previous_answer(key=key, claim=claim) if claim else None
+    if found is None:
+        return None
+    status, headers, body = found
+    content_type = headers.pop("Content-Type", "application/json")
+    if content_type.startswith("text/event-stream"):
+        return Outcome(headers=headers, stream=iter([body]), status=status)
+    return Outcome(headers=headers, content=body, content_type=content_type, status=status)
 
 
 def admit(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1) -> Meter:
-    """Resolve the model, check the tier, count the request, take the credits: in the contract's order."""
+    """Resolve the model, check the tier, take the credits: in the contract's order."""
     snapshot = catalog.snapshot()
     model = snapshot.models.get(model_id)
     if model is None:
@@ -141,15 +197,13 @@ def admit(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1
                              f"{operation} model.", code="model_type_mismatch", param="model")
     if not key.can_use(model):
         raise AccessDenied(f"Keys of the '{key.tier}' tier may not use the model '{model_id}'.", param="model")
-    limit_state = limits.enforce(request, key)
-    amount = model.cost * units
-    try:
-        credits.charge(key, amount)
-    except InsufficientCredits as exc:
-        exc.headers.update(limit_state.headers())
-        raise
-    return Meter(key=key, model=model, operation=operation, charged=amount, limit_state=limit_state,
-                 chain=snapshot.providers_for(model))
+    claim = idempotency.from_request(request)
+    entry = metering.charge(key=key, model=model, operation=operation, amount=model.cost * units,
+                            request_id=request_id(request), idempotency=claim)
+    release_database_connection()
+    state = getattr(request, "limit_state", None)
+    return Meter(key=key, model=model, operation=operation, entry=entry,
+                 limit_headers=state.headers() if state else {}, chain=snapshot.providers_for(model), claim=claim)
 
 
 @contextmanager
@@ -181,7 +235,8 @@ def _token_count(usage: dict, name: str, estimate: Callable[[], int]) -> int:
 
 def chat_completion(*, request, key: ApiKey, params: dict) -> Outcome:
     """POST /v1/chat/completions: a completion, or an event stream when ``stream`` is true."""
-    with metered(request=request, key=key, operation="chat", model_id=params["model"]) as meter:
+    with metered(request=request, key=key, operation="chat", model_id=params["model"],
+                 units=params.get("n") or 1) as meter:
         payload = {**params, "model": meter.model.upstream_name}
         if params.get("stream"):
             client_wants_usage = bool((params.get("stream_options") or {}).get("include_usage"))
@@ -196,10 +251,12 @@ def chat_completion(*, request, key: ApiKey, params: dict) -> Outcome:
         usage = completion.get("usage") or {}
         reply = " ".join(content_text((choice.get("message") or {}).get("content"))
                          for choice in completion["choices"] if isinstance(choice, dict))
+        outcome = Outcome(headers=meter.headers(), body=completion)
         meter.succeed(input_tokens=_token_count(usage, "prompt_tokens",
                                                 lambda: count_tokens(prompt_text(params["messages"]))),
-                      output_tokens=_token_count(usage, "completion_tokens", lambda: count_tokens(reply)))
-    return Outcome(headers=meter.headers(), body=completion)
+                      output_tokens=_token_count(usage, "completion_tokens", lambda: count_tokens(reply)),
+                      answer=outcome)
+    return outcome
 
 
 def _event(payload) -> bytes:
@@ -209,18 +266,6 @@ def _event(payload) -> bytes:
 DONE = b"data: [DONE]\n\n"
 
 
-def _release_database_connection() -> None:
-    """Give the thread's PostgreSQL connection back to the pool while a stream runs.
-
-    A stream can last minutes and needs the database only at its end (the usage
-    row); holding a pooled connection meanwhile would let a few hundred open
-    streams starve every other request. Inside a transaction (tests) nothing is
-    released. SQLite has no server connections to spare, so it keeps its own.
-    """
-    if connection.vendor == "postgresql" and not connection.in_atomic_block:
-        connection.close()
-
-
 class ChatRelay:
     """The body of a streamed chat response: upstream chunks relayed one by one as they arrive.
 
@@ -228,6 +273,8 @@ class ChatRelay:
     on an upstream failure after the first byte, a refund and one error event
     followed by [DONE]. The WSGI server calls ``close()`` when the client goes
     away (or the response ends), which closes the upstream connection too.
+    With an Idempotency-Key the relayed events are kept (up to the size limit), so a
+    retry is answered with the very same stream.
     """
 
     def __init__(self, *, meter: Meter, upstream: providers.ChunkStream, include_usage: bool, messages: list):
@@ -237,6 +284,7 @@ class ChatRelay:
         self._messages = messages
         self._usage: dict = {}
         self._text: list[str] = []
+        self._sent: list[bytes] | None = [] if meter.claim else None
         self._events = self._relay()
 
     def __iter__(self) -> Iterator[bytes]:
@@ -244,7 +292,6 @@ class ChatRelay:
 
     def _relay(self) -> Iterator[bytes]:
         model_id = self._meter.model.model_id
-        _release_database_connection()
         try:
             for chunk in self._upstream:
                 usage = chunk.get("usage")
@@ -259,7 +306,7 @@ class ChatRelay:
                         continue  # the usage-only chunk the gateway asked for on its own account
                     chunk.pop("usage", None)
                 chunk["model"] = model_id
-                yield _event(chunk)
+                yield self._keep(_event(chunk))
         except Exception as exc:  # the client already has a 200: the error can only be an event now
             error = as_gateway_error(exc)
             self._upstream.close()
@@ -267,14 +314,21 @@ class ChatRelay:
             yield _event(error.body())
             yield DONE
             return
+        self._keep(DONE)
         self._settle()
         yield DONE
+
+    def _keep(self, event: bytes) -> bytes:
+        if self._sent is not None:
+            self._sent.append(event)
+        return event
 
     def _settle(self) -> None:
         reply = "".join(self._text)
         self._meter.succeed(
             input_tokens=_token_count(self._usage, "prompt_tokens", lambda: count_tokens(prompt_text(self._messages))),
-            output_tokens=_token_count(self._usage, "completion_tokens", lambda: count_tokens(reply)))
+            output_tokens=_token_count(self._usage, "completion_tokens", lambda: count_tokens(reply)),
+            answer=b"".join(self._sent) if self._sent and self._sent[-1] == DONE else None)
 
     def close(self) -> None:
         try:
@@ -284,10 +338,7 @@ class ChatRelay:
             if not self._meter.settled:
                 # The client left before the end. The upstream did the work up to here, so
                 # the charge stands and the tokens relayed so far are recorded.
-                try:
-                    self._settle()
-                except Exception:
-                    log.exception("usage of an abandoned stream could not be recorded")
+                self._settle()
 
 
 # ---------------------------------------------------------------- images
@@ -309,9 +360,10 @@ def generate_images(*, request, key: ApiKey, params: dict, sent: set) -> Outcome
             if image.revised_prompt:
                 item["revised_prompt"] = image.revised_prompt
             data.append(item)
-        meter.succeed(input_tokens=count_tokens(params["prompt"]), output_tokens=0)
-    return Outcome(headers=meter.headers(),
-                   body={"created": int(time.time()), "data": data, "remaining_credits": key.credits})
+        outcome = Outcome(headers=meter.headers(),
+                          body={"created": int(time.time()), "data": data, "remaining_credits": key.credits})
+        meter.succeed(input_tokens=count_tokens(params["prompt"]), output_tokens=0, answer=outcome)
+    return outcome
 
 
 # ---------------------------------------------------------------- speech
@@ -321,35 +373,38 @@ def synthesize_speech(*, request, key: ApiKey, params: dict, sent: set, raw: boo
     with metered(request=request, key=key, operation="speech", model_id=params["model"]) as meter:
         payload = _forwarded(params, sent, model=meter.model)
         audio = meter.call(lambda client: client.speech(payload))
-        body = None
-        if not raw:
+        if raw:
+            outcome = Outcome(headers=meter.headers(), content=audio.content, content_type=audio.content_type)
+        else:
             name = media.save(audio.content, kind="audio", extension=audio.format)
-            body = {"object": "audio.speech", "model": meter.model.model_id,
-                    "audio_url": media.url_for(name, request=request), "format": audio.format,
-                    "content_type": audio.content_type, "created": int(time.time()),
-                    "remaining_credits": key.credits}
-        meter.succeed(input_tokens=count_tokens(params["input"]), output_tokens=0)
-    if raw:
-        return Outcome(headers=meter.headers(), content=audio.content, content_type=audio.content_type)
-    return Outcome(headers=meter.headers(), body=body)
+            outcome = Outcome(headers=meter.headers(), body={
+                "object": "audio.speech", "model": meter.model.model_id,
+                "audio_url": media.url_for(name, request=request), "format": audio.format,
+                "content_type": audio.content_type, "created": int(time.time()), "remaining_credits": key.credits})
+        meter.succeed(input_tokens=count_tokens(params["input"]), output_tokens=0, answer=outcome)
+    return outcome
 
 
 # ---------------------------------------------------------------- embeddings
 
 def create_embeddings(*, request, key: ApiKey, params: dict, sent: set) -> Outcome:
     """POST /v1/embeddings: OpenAI's list shape plus the SPEC's ``embedding`` and ``remaining_credits``."""
+    texts = params["input"] if isinstance(params["input"], list) else [params["input"]]
     with metered(request=request, key=key, operation="embedding", model_id=params["model"]) as meter:
         payload = _forwarded(params, sent, model=meter.model)
         result = meter.call(lambda client: client.embeddings(payload))
-        data = sorted(result["data"], key=lambda item: item.get("index", 0))
-        texts = params["input"] if isinstance(params["input"], list) else [params["input"]]
+        data = sorted(result.get("data") or [], key=lambda item: item.get("index", 0))
+        if len(data) != len(texts):
+            # Checked before the charge is completed: a short answer is refunded, not sold.
+            raise UpstreamError(f"The upstream returned {len(data)} embedding(s) for {len(texts)} input(s).")
         tokens = _token_count(result.get("usage") or {}, "prompt_tokens",
                               lambda: sum(count_tokens(text) for text in texts))
-        meter.succeed(input_tokens=tokens, output_tokens=0)
-    vectors = [item["embedding"] for item in data]
-    return Outcome(headers=meter.headers(), body={
-        "object": "list", "data": data, "model": meter.model.model_id,
-        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        "embedding": vectors[0] if isinstance(params["input"], str) else vectors,
-        "remaining_credits": key.credits,
-    })
+        vectors = [item["embedding"] for item in data]
+        outcome = Outcome(headers=meter.headers(), body={
+            "object": "list", "data": data, "model": meter.model.model_id,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            "embedding": vectors[0] if isinstance(params["input"], str) else vectors,
+            "remaining_credits": key.credits,
+        })
+        meter.succeed(input_tokens=tokens, output_tokens=0, answer=outcome)
+    return outcome

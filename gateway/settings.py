@@ -141,6 +141,16 @@ PUBLIC_RATE_LIMIT = env_rate("PUBLIC_RATE_LIMIT", "60/m")
 CATALOG_CACHE_SECONDS = env_float("CATALOG_CACHE_SECONDS", 5.0)
 MEDIA_RETENTION_HOURS = env_int("MEDIA_RETENTION_HOURS", 24, minimum=1)
 
+# The request path (docs/ledger.md): how long a process trusts an authenticated key row,
+# when a pending charge counts as abandoned (longer than any upstream call or stream may
+# last), how often each process may sweep for such charges, and how large a response
+# is kept for Idempotency-Key retries.
+KEY_CACHE_SECONDS = env_float("KEY_CACHE_SECONDS", 1.0)
+LEDGER_STALE_SECONDS = env_int("LEDGER_STALE_SECONDS", 900, minimum=1)
+LEDGER_SWEEP_SECONDS = env_int("LEDGER_SWEEP_SECONDS", 60, minimum=0)
+IDEMPOTENCY_MAX_BODY_BYTES = env_int("IDEMPOTENCY_MAX_BODY_BYTES", 4 * 1024 * 1024, minimum=0)
+IDEMPOTENCY_HOURS = 24
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": [],

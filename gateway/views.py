@@ -6,19 +6,20 @@ gateway.services (the metering pipeline); these views only translate.
 from django.http import FileResponse, HttpResponse, StreamingHttpResponse
 from django.utils.cache import patch_vary_headers
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from gateway import media, serializers, services
 from keys.auth import BearerKeyAuthentication, HasApiKey
+from keys.limits import KeyRequestLimits
 from keys.models import ApiKey
 from utils_app.errors import GatewayError, NotFound, json_error, parse_json_object
 from utils_app.schema import error_responses
 from utils_app.serializers import StrictSerializer
 
-ERRORS = error_responses(400, 401, 402, 403, 404, 413, 429, 500, 502, 504)
+ERRORS = error_responses(400, 401, 402, 403, 404, 409, 413, 422, 429, 500, 502, 503, 504)
 METERED_HEADERS = ("Every answer also carries X-Remaining-Credits and X-RateLimit-Limit-Requests, "
                    "X-RateLimit-Remaining-Requests, X-RateLimit-Reset-Requests (the minute window).")
 
@@ -61,105 +62,116 @@ def wants_raw_audio(accept: str) -> bool:
 
 def respond(outcome: services.Outcome):
     if outcome.stream is not None:
-        response = StreamingHttpResponse(outcome.stream, content_type="text/event-stream; charset=utf-8")
+        response = StreamingHttpResponse(outcome.stream, content_type="text/event-stream; charset=utf-8",
+                                         status=outcome.status)
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # asks an nginx-style proxy in front not to buffer the events
     elif outcome.content is not None:
-        response = HttpResponse(outcome.content, content_type=outcome.content_type)
+        response = HttpResponse(outcome.content, content_type=outcome.content_type, status=outcome.status)
     else:
-        response = Response(outcome.body)
+        response = Response(outcome.body, status=outcome.status)
     for name, value in outcome.headers.items():
         response[name] = value
     return response
 
 
 class MeteredView(APIView):
+    """Authenticate, count the request against the key's limits (a DRF throttle runs right after
+    authentication), then validate and run the operation, or replay an Idempotency-Key retry."""
+
     authentication_classes = [BearerKeyAuthentication]
     permission_classes = [HasApiKey]
+    throttle_classes = [KeyRequestLimits]
     content_negotiation_class = JsonNegotiation
     request_serializer: type[StrictSerializer]
 
-    def read(self, request) -> tuple[dict, set]:
-        """The validated body and the members the client sent."""
-        return self.request_serializer(data=parse_json_object(request.body)).validated()
+    def post(self, request):
+        params, sent = self.request_serializer(data=parse_json_object(request.body)).validated()
+        replay = services.previous_answer(request=request, key=request.user)
+        return respond(replay or self.operate(request, params, sent))
+
+    def operate(self, request, params: dict, sent: set) -> services.Outcome:
+        raise NotImplementedError
 
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
-        # Refusals before the charge (400, 403, 404…) still tell an authenticated client its balance.
-        # The key as authentication left it: touching request.user after a refused key would run
-        # the lookup (and its query) again.
+        # Refusals before the charge (400, 403, 404…) still tell an authenticated client its balance
+        # and its limits. The key as authentication left it: touching request.user after a refused
+        # key would run the lookup again.
         key = getattr(request, "_user", None)
         if isinstance(key, ApiKey) and "X-Remaining-Credits" not in response:
             response["X-Remaining-Credits"] = str(key.credits)
+        state = getattr(request, "limit_state", None)
+        if state is not None and "X-RateLimit-Limit-Requests" not in response:
+            for name, value in state.headers().items():
+                response[name] = value
         return response
 
 
+@extend_schema_view(post=extend_schema(
+    operation_id="create_chat_completion", tags=["models"],
+    summary="Chat completion (optionally streamed as server-sent events)",
+    description="Costs the model's `cost`. With `stream: true` the answer is `text/event-stream`: "
+                "`data: {chunk}` events then `data: [DONE]`. " + METERED_HEADERS,
+    request=serializers.ChatCompletionRequest,
+    responses={(200, "application/json"): serializers.ChatCompletion,
+               (200, "text/event-stream"): OpenApiTypes.STR, **ERRORS},
+))
 class ChatCompletionsView(MeteredView):
     request_serializer = serializers.ChatCompletionRequest
 
-    @extend_schema(
-        operation_id="create_chat_completion", tags=["models"],
-        summary="Chat completion (optionally streamed as server-sent events)",
-        description="Costs the model's `cost`. With `stream: true` the answer is `text/event-stream`: "
-                    "`data: {chunk}` events then `data: [DONE]`. " + METERED_HEADERS,
-        request=serializers.ChatCompletionRequest,
-        responses={(200, "application/json"): serializers.ChatCompletion,
-                   (200, "text/event-stream"): OpenApiTypes.STR, **ERRORS},
-    )
-    def post(self, request):
-        params, _ = self.read(request)
-        return respond(services.chat_completion(request=request, key=request.user, params=params))
+    def operate(self, request, params, sent):
+        return services.chat_completion(request=request, key=request.user, params=params)
 
 
+@extend_schema_view(post=extend_schema(
+    operation_id="create_image", tags=["models"], summary="Image generation",
+    description="Costs the model's `cost` times `n`. `url` results are stored by the service and "
+                "served from /media/. " + METERED_HEADERS,
+    request=serializers.ImageGenerationRequest,
+    responses={200: serializers.ImageGenerationResult, **ERRORS},
+))
 class ImageGenerationsView(MeteredView):
     request_serializer = serializers.ImageGenerationRequest
 
-    @extend_schema(
-        operation_id="create_image", tags=["models"], summary="Image generation",
-        description="Costs the model's `cost` times `n`. `url` results are stored by the service and "
-                    "served from /media/. " + METERED_HEADERS,
-        request=serializers.ImageGenerationRequest,
-        responses={200: serializers.ImageGenerationResult, **ERRORS},
-    )
-    def post(self, request):
-        params, sent = self.read(request)
-        return respond(services.generate_images(request=request, key=request.user, params=params, sent=sent))
+    def operate(self, request, params, sent):
+        return services.generate_images(request=request, key=request.user, params=params, sent=sent)
 
 
+@extend_schema_view(post=extend_schema(
+    operation_id="create_speech", tags=["models"], summary="Speech synthesis",
+    description="JSON with `audio_url` by default; the raw audio bytes when `Accept` prefers "
+                "`audio/*` or `application/octet-stream` (as the OpenAI SDK sends). " + METERED_HEADERS,
+    request=serializers.SpeechRequest,
+    responses={(200, "application/json"): serializers.SpeechResult,
+               (200, "application/octet-stream"): OpenApiResponse(OpenApiTypes.BINARY, description="Audio"),
+               **ERRORS},
+))
 class SpeechView(MeteredView):
     request_serializer = serializers.SpeechRequest
 
-    @extend_schema(
-        operation_id="create_speech", tags=["models"], summary="Speech synthesis",
-        description="JSON with `audio_url` by default; the raw audio bytes when `Accept` prefers "
-                    "`audio/*` or `application/octet-stream` (as the OpenAI SDK sends). " + METERED_HEADERS,
-        request=serializers.SpeechRequest,
-        responses={(200, "application/json"): serializers.SpeechResult,
-                   (200, "application/octet-stream"): OpenApiResponse(OpenApiTypes.BINARY, description="Audio"),
-                   **ERRORS},
-    )
-    def post(self, request):
-        params, sent = self.read(request)
+    def operate(self, request, params, sent):
         raw = wants_raw_audio(request.META.get("HTTP_ACCEPT", ""))
-        response = respond(services.synthesize_speech(request=request, key=request.user, params=params, sent=sent,
-                                                      raw=raw))
+        return services.synthesize_speech(request=request, key=request.user, params=params, sent=sent, raw=raw)
+
+    def post(self, request):
+        response = super().post(request)
         patch_vary_headers(response, ("Accept",))  # JSON or audio bytes, by the Accept header
         return response
 
 
+@extend_schema_view(post=extend_schema(
+    operation_id="create_embeddings", tags=["models"], summary="Embeddings",
+    description="`embedding` is one vector for a string input and a list of vectors for an array; "
+                "`data`, `model` and `usage` follow OpenAI's shape. " + METERED_HEADERS,
+    request=serializers.EmbeddingsRequest,
+    responses={200: serializers.EmbeddingsResult, **ERRORS},
+))
 class EmbeddingsView(MeteredView):
     request_serializer = serializers.EmbeddingsRequest
 
-    @extend_schema(
-        operation_id="create_embeddings", tags=["models"], summary="Embeddings",
-        description="`embedding` is one vector for a string input and a list of vectors for an array; "
-                    "`data`, `model` and `usage` follow OpenAI's shape. " + METERED_HEADERS,
-        request=serializers.EmbeddingsRequest,
-        responses={200: serializers.EmbeddingsResult, **ERRORS},
-    )
-    def post(self, request):
-        params, sent = self.read(request)
-        return respond(services.create_embeddings(request=request, key=request.user, params=params, sent=sent))
+    def operate(self, request, params, sent):
+        return services.create_embeddings(request=request, key=request.user, params=params, sent=sent)
 
 
 def serve_media(request, name: str):

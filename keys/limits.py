@@ -1,23 +1,22 @@
-"""Per-key request limits (rpm and rph) counted with django-ratelimit in the shared cache.
+"""Per-key request limits (rpm and rph), counted right after authentication.
 
-The counters are asked for with a fixed, very large rate and compared with the
-key's own rpm/rph here. django-ratelimit puts the rate into its cache key, so
-passing the key's rpm would start a fresh counter whenever staff change the
-limit; this way a lowered limit applies to the very next request with the
-requests already made still counted.
+Both windows are counted in one step (utils_app.windows: one Redis round trip), for
+every metered request that authenticated, before its body is even parsed: a request
+that then fails validation still used its slot, as with OpenAI, and a flood of
+huge invalid bodies is throttled like any other. The counters do not depend on
+the limits, so a lowered limit applies to the very next request with the requests
+already made still counted. maxConcurrent is not counted here: the charge checks
+it under the key's row lock (gateway.metering).
 """
-import logging
 from dataclasses import dataclass
 
-from django_ratelimit.core import get_usage
+from rest_framework.throttling import BaseThrottle
 
 from keys.models import ApiKey
+from utils_app import windows
 from utils_app.errors import RateLimited
 
-log = logging.getLogger("gateway.limits")
-
-_COUNTER_CEILING = 10**9
-WINDOWS = (("rpm", 60), ("rph", 3600))
+PERIODS = {"rpm": 60, "rph": 3600}
 
 
 @dataclass(frozen=True)
@@ -34,29 +33,27 @@ class LimitState:
         }
 
 
-def _count(request, key_id: int, window: str, period: int):
-    """Count this request in one window; None when the cache is unreachable (fail open)."""
-    try:
-        return get_usage(request, group=f"key-{window}", key=lambda group, req: str(key_id),
-                         rate=(_COUNTER_CEILING, period), increment=True)
-    except Exception:  # a cache outage must never refuse service: credits stay exact in the DB
-        log.warning("rate-limit cache unreachable; %s limit not enforced", window, exc_info=True)
-        return None
-
-
-def enforce(request, key: ApiKey) -> LimitState:
+def enforce(key: ApiKey) -> LimitState:
     """Count the request in the key's minute and hour windows; 429 when either is exceeded."""
-    state = LimitState(limit=key.rpm, remaining=key.rpm, reset_seconds=60)
-    for window, period in WINDOWS:
-        usage = _count(request, key.pk, window, period)
-        if usage is None:
-            continue
-        limit = getattr(key, window)
-        if window == "rpm":
-            state = LimitState(limit=limit, remaining=max(0, limit - usage["count"]),
-                               reset_seconds=max(0, usage["time_left"]))
-        if usage["count"] > limit:
+    counted = windows.count(f"key:{key.pk}", tuple(PERIODS.values()))
+    if counted is None:  # the shared cache is down: fail open, credits stay exact in the database
+        return LimitState(limit=key.rpm, remaining=key.rpm, reset_seconds=60)
+    minute, hour = counted
+    state = LimitState(limit=key.rpm, remaining=max(0, key.rpm - minute.count), reset_seconds=minute.reset_seconds)
+    for name, window in zip(PERIODS, counted):
+        limit = getattr(key, name)
+        if window.count > limit:
             raise RateLimited(
-                f"Rate limit reached: {limit} requests per {'minute' if window == 'rpm' else 'hour'}.",
-                param=window, retry_after=usage["time_left"], headers=state.headers())
+                f"Rate limit reached: {limit} requests per {'minute' if name == 'rpm' else 'hour'}.",
+                param=name, retry_after=window.reset_seconds, headers=state.headers())
     return state
+
+
+class KeyRequestLimits(BaseThrottle):
+    """DRF runs throttles right after authentication: the place the contract counts a request.
+    The state is kept on the request for the response headers."""
+
+    def allow_request(self, request, view):
+        request.limit_state = None
+        request.limit_state = enforce(request.user)
+        return True

@@ -1,7 +1,10 @@
 """Workflows on keys shared by the admin API, the staff UI and the management commands."""
 from django.db import transaction
+from django.db.models import F
 
-from keys.models import OWNER_FIELDS, RPH_RANGE, RPM_RANGE, TIERS, ApiKey, AuditLog, generate_secret
+from keys import ledger
+from keys.auth_cache import forget
+from keys.models import OWNER_FIELDS, RPH_RANGE, RPM_RANGE, TIERS, ApiKey, AuditLog, LedgerEntry, generate_secret
 from utils_app.errors import InvalidRequest, NotFound
 
 
@@ -49,6 +52,7 @@ def issue_key(*, actor: str, tier: str = "free", credits: int = 0, max_credits: 
     key.set_secret(secret)
     with transaction.atomic():
         key.save()
+        ledger.record_change(key=key, before=0, kind=LedgerEntry.GRANT, actor=actor)
         audit(actor=actor, action="create_key", key=key, before=None, after=key_snapshot(key))
     return key, secret
 
@@ -70,10 +74,13 @@ def find_key(secret: str) -> ApiKey:
 
 def refill_all(*, actor: str) -> int:
     """Set every active key's credits to its maxCredits; returns how many keys changed."""
-    from django.db.models import F
-
     with transaction.atomic():
-        changed = ApiKey.objects.active().exclude(credits=F("max_credits")).update(credits=F("max_credits"))
+        # Locked first: a charge between reading a balance and raising it would
+        # make the refill entry's amount wrong.
+        keys = list(ApiKey.objects.active().exclude(credits=F("max_credits")).select_for_update()
+                    .only("id", "credits", "max_credits"))
+        ledger.refill(keys, actor=actor)
+        changed = ApiKey.objects.filter(pk__in=[key.pk for key in keys]).update(credits=F("max_credits"))
         AuditLog.objects.create(actor=actor, action="refill_all", key=None, before=None,
                                 after={"keys_refilled": changed})
     return changed
@@ -89,6 +96,7 @@ def update_key(*, key: ApiKey, changes: dict, actor: str, param_prefix: str = "u
     with transaction.atomic():
         key = ApiKey.objects.select_for_update().get(pk=key.pk)
         before = key_snapshot(key)
+        balance_before = key.credits
         for api_name, field in (("tier", "tier"), ("credits", "credits"), ("maxCredits", "max_credits"),
                                 ("rpm", "rpm"), ("rph", "rph")):
             if api_name in changes:
@@ -98,7 +106,9 @@ def update_key(*, key: ApiKey, changes: dict, actor: str, param_prefix: str = "u
         check_config(tier=key.tier, credits=key.credits, max_credits=key.max_credits, rpm=key.rpm, rph=key.rph,
                      prefix=param_prefix)
         key.save()
+        ledger.record_change(key=key, before=balance_before, kind=LedgerEntry.ADJUSTMENT, actor=actor)
         audit(actor=actor, action="update_key", key=key, before=before, after=key_snapshot(key))
+    forget(key.digest)
     return key
 
 
@@ -113,4 +123,5 @@ def set_active(*, key: ApiKey, active: bool, actor: str) -> ApiKey:
         key.save(update_fields=["is_active", "updated_at"])
         audit(actor=actor, action="reactivate_key" if active else "revoke_key", key=key, before=before,
               after=key_snapshot(key))
+    forget(key.digest)
     return key

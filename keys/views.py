@@ -29,6 +29,7 @@ def _actor(request) -> str:
 
 class AdminView(APIView):
     authentication_classes = [BearerKeyAuthentication]
+    fresh_key_lookup = True
     permission_classes = [IsAdminKey]
 
 

@@ -1,8 +1,7 @@
-from django.db import connections, models, router
+from django.db import models
 from django.db.models import Q, Sum
 
 from keys.models import TIERS
-from utils_app.db import one_writer_at_a_time
 
 MODEL_TYPES = ("chat", "image", "speech", "embedding")
 PROVIDER_TYPES = ("openai", "local")
@@ -81,31 +80,6 @@ class UsageEventQuerySet(models.QuerySet):
     def since(self, moment):
         return self.filter(created_at__gte=moment)
 
-    def record(self, *, key, model, **values) -> None:
-        """Insert one event (``values``: the other columns by field name) with one INSERT.
-
-        This is the request path's last statement, so it skips what create() adds
-        around the INSERT: a model instance, the save signals (UsageEvent has no
-        receivers) and compiling the same statement again, which together took
-        longer than the INSERT and its rollup triggers. The statement is built
-        from the model's fields once per database; each value still goes through
-        its field's get_db_prep_save, as in save().
-        """
-        alias = router.db_for_write(self.model)
-        connection = connections[alias]
-        statement = _insert_statements.get((alias, connection.vendor))
-        if statement is None:
-            statement = _insert_statements[(alias, connection.vendor)] = _insert_statement(connection)
-        unknown = set(values) - _INSERT_FIELD_NAMES
-        if unknown:
-            raise TypeError(f"UsageEvent has no field(s) {', '.join(sorted(unknown))}")
-        values.update(key_id=key.pk, model_id=model.pk)
-        params = [field.get_db_prep_save(values[field.attname] if field.attname in values else field.get_default(),
-                                         connection)
-                  for field in _INSERT_FIELDS]
-        with one_writer_at_a_time(connection), connection.cursor() as cursor:
-            cursor.execute(statement, params)
-
     def totals(self) -> dict:
         row = self.aggregate(requests=models.Count("id"),
                              completed=models.Count("id", filter=Q(success=True)),
@@ -119,9 +93,11 @@ class UsageEventQuerySet(models.QuerySet):
 class UsageEvent(models.Model):
     """One request that was sent upstream.
 
-    Inserting a row also updates ModelHourlyUsage and KeyDailyUsage: database
-    triggers (migration 0002) do it inside the same statement, so the request
-    path makes one write and the rollups can never drift from the events.
+    Written by the settlement of the request's charge (gateway.metering), in the
+    same statement or transaction as the ledger row, so usage and credits cannot
+    disagree. Inserting a row also updates ModelHourlyUsage and KeyDailyUsage:
+    database triggers (migration 0002) do it inside the same statement, so the
+    rollups can never drift from the events.
     """
 
     key = models.ForeignKey("keys.ApiKey", on_delete=models.PROTECT, related_name="usage_events")
@@ -147,18 +123,6 @@ class UsageEvent(models.Model):
 
     def __str__(self):
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.operation} {self.status}"
-
-
-_INSERT_FIELDS = [field for field in UsageEvent._meta.concrete_fields if not field.primary_key]
-_INSERT_FIELD_NAMES = {field.attname for field in _INSERT_FIELDS} - {"key_id", "model_id"}
-_insert_statements: dict[tuple[str, str], str] = {}
-
-
-def _insert_statement(connection) -> str:
-    quote = connection.ops.quote_name
-    return (f"INSERT INTO {quote(UsageEvent._meta.db_table)} "
-            f"({', '.join(quote(field.column) for field in _INSERT_FIELDS)}) "
-            f"VALUES ({', '.join(['%s'] * len(_INSERT_FIELDS))})")
 
 
 class RollupQuerySet(models.QuerySet):

@@ -40,6 +40,7 @@ class ModelListView(PublicAPIView):
 
 class KeyStatisticsView(PublicAPIView):
     authentication_classes = [BearerKeyAuthentication]
+    fresh_key_lookup = True
     permission_classes = [HasApiKey]
 
     @extend_schema(

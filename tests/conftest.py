@@ -3,8 +3,10 @@ import pytest
 from django.core.cache import cache
 from django.db import connection
 
+from keys import auth_cache
 from keys.services import issue_key
 from models_catalog import catalog
+from utils_app import windows
 
 
 def pytest_collection_modifyitems(config, items):
@@ -24,7 +26,10 @@ def pytest_collection_modifyitems(config, items):
 def _isolated_state(settings, tmp_path):
     """Each test starts with an empty cache, a fresh catalog snapshot and its own media folder."""
     settings.MEDIA_ROOT = tmp_path / "media"
+    settings.LEDGER_SWEEP_SECONDS = 0  # no background sweeps inside a test's transaction
     cache.clear()
+    windows.reset()
+    auth_cache.clear()
     catalog.invalidate()
     yield
     catalog.invalidate()

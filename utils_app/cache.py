@@ -42,3 +42,11 @@ class GatewayRedisCache(RedisCache):
     def __init__(self, server, params):
         super().__init__(server, params)
         self._class = FastIncrClient
+        self._scripts = {}  # Lua source -> redis-py Script (sent by SHA after the first call)
+
+    def run_script(self, source: str, *, keys: list[str], args: list):
+        """Run a Lua script on the server in one round trip; ``keys`` must come from make_key()."""
+        script = self._scripts.get(source)
+        if script is None:
+            script = self._scripts[source] = self._cache.get_client(write=True).register_script(source)
+        return script(keys=keys, args=args)

@@ -8,6 +8,7 @@ unexpected are translated here, so no view ever builds an error by hand.
 import json
 import logging
 
+from django import db
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions as drf
@@ -79,6 +80,36 @@ class RateLimited(GatewayError):
     def __init__(self, message: str, *, retry_after: int, **kwargs):
         headers = kwargs.pop("headers", {}) or {}
         headers["Retry-After"] = str(max(1, int(retry_after)))
+        super().__init__(message, headers=headers, **kwargs)
+
+
+class ConcurrencyLimited(RateLimited):
+    code = "concurrency_limit"
+
+
+class IdempotencyConflict(GatewayError):
+    status = 409
+    type = "invalid_request_error"
+    code = "idempotency_conflict"
+
+
+class IdempotencyMismatch(GatewayError):
+    status = 422
+    type = "invalid_request_error"
+    code = "idempotency_mismatch"
+
+
+class ServiceUnavailable(GatewayError):
+    """The database is unreachable or its pool is exhausted: try again shortly."""
+
+    status = 503
+    type = "server_error"
+    code = "service_unavailable"
+
+    def __init__(self, message: str = "The service is briefly unable to reach its database; retry shortly.",
+                 *, retry_after: int = 2, **kwargs):
+        headers = kwargs.pop("headers", {}) or {}
+        headers["Retry-After"] = str(retry_after)
         super().__init__(message, headers=headers, **kwargs)
 
 
@@ -164,6 +195,11 @@ def as_gateway_error(exc: Exception) -> GatewayError:
     if isinstance(exc, drf.APIException):
         return GatewayError(str(exc.detail), status=exc.status_code, type="invalid_request_error",
                             code=exc.default_code)
+    if isinstance(exc, (db.OperationalError, db.InterfaceError)):
+        # The database restarting, down, or every pooled connection busy (psycopg_pool's
+        # PoolTimeout arrives wrapped as OperationalError): the client may retry.
+        log.warning("database unavailable: %s", type(exc).__name__)
+        return ServiceUnavailable()
     log.exception("unexpected error", exc_info=exc)
     return GatewayError("The server failed to handle the request.")
 

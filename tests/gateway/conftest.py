@@ -333,12 +333,12 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02) -> bool:
 
 def away_from_minute_edge(key, margin: float = 5.0) -> None:
     """Wait out the last seconds of the key's fixed minute window, so a limit test cannot
-    straddle two windows. django-ratelimit offsets each key's window by a hash of the key."""
-    from django_ratelimit.core import _get_window
+    straddle two windows. utils_app.windows offsets each key's window by a hash of its name."""
+    from utils_app.windows import seconds_left
 
-    left = _get_window(str(key.pk), 60) - time.time()
+    left = seconds_left(f"key:{key.pk}", 60)
     if left < margin:
-        time.sleep(max(0.0, left) + 0.2)
+        time.sleep(left + 0.2)
 
 
 # ---------------------------------------------------------------- the service under gunicorn

@@ -1,7 +1,11 @@
 """POST /v1/chat/completions without streaming: validation, forwarding, metering."""
-import pytest
+import re
 
-from keys.models import ApiKey
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from keys.models import ApiKey, LedgerEntry
 from models_catalog import catalog
 from models_catalog.models import UsageEvent
 from tests.gateway.conftest import UPSTREAM_SECRET, assert_error, chat_completion, post
@@ -140,30 +144,58 @@ def test_an_assistant_message_with_tool_calls_may_have_null_content(client, fake
     assert "refusal" not in forwarded[1]
 
 
-def test_a_successful_request_costs_three_queries(client, seeded, free_key, django_assert_num_queries):
-    _, secret = free_key
-    catalog.snapshot()
-    # Key lookup, the conditional UPDATE of the charge, the usage INSERT (rollups are triggers).
-    with django_assert_num_queries(3):
-        assert post(client, PATH, {"model": "local-chat", "messages": HELLO}, secret).status_code == 200
+TABLE = re.compile(r"\b(?:UPDATE|INTO|FROM)\s+(\w+)")
 
 
-def test_a_failed_upstream_call_costs_one_more_query_for_the_refund(client, fake_models, upstream, free_key,
-                                                                    django_assert_num_queries):
+def _statements(captured) -> list[str]:
+    """Each statement a request sent as "VERB first_table", without the savepoints of the test's
+    own transaction."""
+    named = []
+    for query in captured:
+        sql = query["sql"].replace('"', "")
+        verb = sql.split()[0]
+        if verb not in ("SAVEPOINT", "RELEASE"):
+            named.append(f"{verb} {TABLE.search(sql).group(1)}")
+    return named
+
+
+def test_a_successful_request_costs_two_statements_once_the_key_is_known(client, seeded, free_key, vendor):
     _, secret = free_key
+    body = {"model": "local-chat", "messages": HELLO}
+    assert post(client, PATH, body, secret).status_code == 200  # authenticates: the key is cached
+    with CaptureQueriesContext(connection) as captured:
+        assert post(client, PATH, body, secret).status_code == 200
+    if vendor == "postgresql":
+        # The charge with its ledger row, then the settlement with the usage row: one CTE each.
+        assert _statements(captured.captured_queries) == ["WITH keys_apikey", "WITH keys_ledgerentry"]
+    else:
+        # SQLite has no data-modifying CTE: the same writes, in one transaction each.
+        assert _statements(captured.captured_queries) == [
+            "UPDATE keys_apikey", "INSERT keys_ledgerentry",
+            "UPDATE keys_ledgerentry", "UPDATE keys_apikey", "INSERT models_catalog_usageevent"]
+
+
+def test_a_failed_upstream_call_refunds_in_one_transaction(client, fake_models, upstream, free_key):
+    key, secret = free_key
     upstream.fail_all(500)
     catalog.snapshot()
-    with django_assert_num_queries(4):
-        assert post(client, PATH, {"model": "fake-chat", "messages": HELLO}, secret).status_code == 502
+    assert post(client, PATH, {"model": "fake-chat", "messages": HELLO}, secret).status_code == 502
+    charge, refund = LedgerEntry.objects.filter(key=key).exclude(kind="grant").order_by("id")
+    assert (charge.kind, charge.amount, charge.status) == ("charge", -1, "refunded")
+    assert (refund.kind, refund.amount, refund.charge_id, refund.balance_after) == ("refund", 1, charge.pk, 100)
+    assert ApiKey.objects.get(pk=key.pk).credits == 100
 
 
-def test_a_request_refused_before_the_upstream_costs_only_the_key_lookup(client, seeded, broke_key,
-                                                                         django_assert_num_queries):
+def test_a_refused_charge_costs_the_charge_and_one_read_of_why(client, seeded, broke_key):
     _, secret = broke_key
-    catalog.snapshot()
-    # The charge is the one conditional UPDATE that finds no row; nothing is refunded or recorded.
-    with django_assert_num_queries(2):
-        assert post(client, PATH, {"model": "local-chat", "messages": HELLO}, secret).status_code == 402
+    body = {"model": "local-chat", "messages": HELLO}
+    assert post(client, PATH, body, secret).status_code == 402
+    # The conditional UPDATE that finds no row, then the read that tells 402 from 401/403/429.
+    with CaptureQueriesContext(connection) as captured:
+        assert post(client, PATH, body, secret).status_code == 402
+    assert _statements(captured.captured_queries) in (["WITH keys_apikey", "SELECT keys_apikey"],
+                                                      ["UPDATE keys_apikey", "SELECT keys_apikey"])
+    assert not LedgerEntry.objects.filter(kind="charge").exists()
 
 
 def test_openai_without_credentials_fails_fast_without_a_network_call(client, seeded, free_key, monkeypatch):

@@ -2,6 +2,7 @@
 import pytest
 import requests
 
+from keys.models import ApiKey
 from models_catalog.models import UsageEvent
 from tests.gateway.conftest import LOCAL_BODIES, OPERATIONS, assert_error, away_from_minute_edge, gunicorn, post
 
@@ -82,3 +83,34 @@ def test_the_hour_limit_holds_across_two_processes(two_servers, make_key):
     assert refused.status_code == 429
     assert refused.json()["error"]["param"] == "rph"
 
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_one_key_driven_through_two_instances_at_once_keeps_credits_and_limits_exact(two_servers, make_key):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from keys.ledger import mismatches
+
+    first, second = two_servers
+    key, secret = make_key(credits=20, max_credits=20, rpm=1000, rph=30)
+    with ThreadPoolExecutor(8) as pool:
+        responses = list(pool.map(lambda i: send((first, second)[i % 2], secret), range(40)))
+    statuses = sorted(response.status_code for response in responses)
+    # 30 requests fit the hour; of those, 20 had credits.
+    assert statuses == [200] * 20 + [402] * 10 + [429] * 10
+    key.refresh_from_db()
+    assert (key.credits, key.in_flight) == (0, 0)
+    assert mismatches() == []
+
+
+@pytest.mark.django_db
+def test_an_invalid_request_uses_its_slot_but_costs_nothing(client, seeded, make_key):
+    key, secret = make_key(credits=100, max_credits=100, rpm=2)
+    away_from_minute_edge(key)
+    invalid = post(client, "/v1/embeddings", {"model": "local-embedding"}, secret)
+    assert_error(invalid, 400, "missing_field", param="input")
+    assert invalid["X-RateLimit-Remaining-Requests"] == "1"
+    assert post(client, *LOCAL_BODIES["embedding"], secret).status_code == 200
+    assert_error(post(client, *LOCAL_BODIES["embedding"], secret), 429, "rate_limit_exceeded", "rate_limit_error")
+    assert ApiKey.objects.get(pk=key.pk).credits == 99

@@ -43,24 +43,51 @@ def test_a_revoked_key_is_invalid_api_key(client, free_key):
     assert_error(client.get("/probe/key", **bearer(secret)), 401, "invalid_api_key")
 
 
-def test_the_lookup_is_one_query(client, free_key, django_assert_num_queries):
+def test_the_lookup_is_one_query_then_none_while_the_key_is_cached(client, free_key, django_assert_num_queries):
     _, secret = free_key
     with django_assert_num_queries(1):
         assert client.get("/probe/key", **bearer(secret)).status_code == 200
+    with django_assert_num_queries(0):
+        assert client.get("/probe/key", **bearer(secret)).status_code == 200
 
 
-def test_the_lookup_builds_the_complete_key_as_the_orm_would(free_key):
-    from keys.auth import key_with_digest
+def test_the_cache_builds_the_complete_key_as_the_orm_would(free_key):
+    from keys.auth_cache import key_with_digest
 
     key, secret = free_key
     ApiKey.objects.filter(pk=key.pk).update(owner_category="bots")
     expected = ApiKey.objects.get(pk=key.pk)
-    found = key_with_digest(expected.digest)
-    assert found == expected
+    key_with_digest(expected.digest)
+    found = key_with_digest(expected.digest)  # from the cache this time
+    assert found == expected and found is not key_with_digest(expected.digest)
     assert {field.attname: getattr(found, field.attname) for field in ApiKey._meta.concrete_fields} == {
         field.attname: getattr(expected, field.attname) for field in ApiKey._meta.concrete_fields}
     assert found.owner_category == "bots"
     assert key_with_digest("0" * 64) is None
+
+
+def test_a_cached_key_is_read_again_after_its_seconds(free_key, settings, monkeypatch):
+    from keys import auth_cache
+
+    key, _ = free_key
+    settings.KEY_CACHE_SECONDS = 1.0
+    clock = [1000.0]
+    monkeypatch.setattr(auth_cache.time, "monotonic", lambda: clock[0])
+    assert auth_cache.key_with_digest(key.digest).rpm == 60
+    ApiKey.objects.filter(pk=key.pk).update(rpm=5)  # another instance changes the key
+    clock[0] += 0.5
+    assert auth_cache.key_with_digest(key.digest).rpm == 60
+    clock[0] += 0.6
+    assert auth_cache.key_with_digest(key.digest).rpm == 5
+
+
+def test_a_change_made_through_the_services_applies_at_once_in_this_process(client, free_key):
+    from keys.services import set_active
+
+    key, secret = free_key
+    assert client.get("/probe/key", **bearer(secret)).status_code == 200
+    set_active(key=key, active=False, actor="test")
+    assert_error(client.get("/probe/key", **bearer(secret)), 401, "invalid_api_key")
 
 
 def test_an_ordinary_key_is_refused_on_admin_operations(client, free_key):

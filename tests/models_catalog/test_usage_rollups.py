@@ -33,27 +33,3 @@ def test_inserting_usage_updates_hourly_and_daily_rollups(seeded, make_key):
     daily = KeyDailyUsage.objects.get(key=key, model=chat)
     assert (str(daily.day), daily.requests, daily.completed, daily.failed) == ("2026-03-01", 2, 1, 1)
     assert ModelHourlyUsage.objects.totals()["requests"] == UsageEvent.objects.totals()["requests"] == 3
-
-
-def test_the_request_paths_record_writes_what_create_writes(seeded, make_key):
-    key, _ = make_key()
-    chat = AiModel.objects.get(model_id="local-chat")
-    at = datetime(2026, 3, 1, 10, 15, 30, 123456, tzinfo=timezone.utc)
-    created = record(key, chat, at, tokens=(7, 2), latency=12)
-    UsageEvent.objects.record(key=key, model=chat, operation="chat", status=200, success=True, input_tokens=7,
-                              output_tokens=2, credits_charged=1, latency_ms=12, created_at=at)
-    columns = ("key_id", "model_id", "operation", "status", "success", "input_tokens", "output_tokens",
-               "credits_charged", "latency_ms", "provider", "created_at")
-    rows = list(UsageEvent.objects.order_by("id").values_list(*columns))
-    assert rows[1] == rows[0] == tuple(getattr(created, column) for column in columns)
-    assert rows[1][-1] == at  # stored as the same instant, microseconds included
-    hour = ModelHourlyUsage.objects.get(model=chat)
-    assert (hour.requests, hour.input_tokens, hour.latency_ms_total) == (2, 14, 24)
-
-
-def test_record_refuses_a_field_the_event_does_not_have(seeded, make_key):
-    key, _ = make_key()
-    with pytest.raises(TypeError, match="colour"):
-        UsageEvent.objects.record(key=key, model=AiModel.objects.get(model_id="local-chat"), operation="chat",
-                                  status=200, success=True, created_at=datetime.now(timezone.utc), colour="red")
-    assert not UsageEvent.objects.exists()

@@ -6,7 +6,8 @@ import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.urls import reverse
 
-from keys.credits import charge
+from gateway import metering
+from models_catalog.models import AiModel
 from keys.models import ApiKey, AuditLog, digest_secret
 from models_catalog.models import AiModel
 
@@ -212,10 +213,12 @@ def test_edit_errors_are_shown_on_the_form_and_nothing_changes(staff_client, mak
     assert not AuditLog.objects.filter(action="update_key").exists()
 
 
-def test_credits_spent_while_the_page_was_open_are_not_written_back(staff_client, make_key):
+def test_credits_spent_while_the_page_was_open_are_not_written_back(staff_client, seeded, make_key):
     key, _ = make_key(credits=50, max_credits=100)
     data = edit_form(staff_client.get(change_url(key)))
-    charge(key, 10)  # the key keeps working while staff edit its limits
+    # The key keeps working while staff edit its limits.
+    metering.charge(key=key, model=AiModel.objects.get(model_id="local-chat"), operation="chat", amount=10,
+                    request_id="spent-meanwhile")
     data["rpm"] = "120"
     assert staff_client.post(change_url(key), data).status_code == 302
     key.refresh_from_db()

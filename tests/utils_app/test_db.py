@@ -24,14 +24,17 @@ def test_a_write_inside_a_transaction_does_not_wait_for_the_lock(transactional_d
         assert not db._sqlite_write.locked()
 
 
-def test_charges_and_usage_rows_still_work_through_the_lock(transactional_db, seeded, make_key):
-    from keys import credits
+def test_charges_and_settlements_still_work_through_the_lock(transactional_db, seeded, make_key):
+    from gateway import metering
     from models_catalog.models import AiModel, UsageEvent
 
     key, _ = make_key(credits=5)
-    assert credits.charge(key, 2) == 3
-    assert credits.refund(key, 1) == 4
-    UsageEvent.objects.record(key=key, model=AiModel.objects.get(model_id="local-chat"), operation="chat",
-                              status=200, success=True, credits_charged=1, created_at=key.created_at)
+    chat = AiModel.objects.get(model_id="local-chat")
+    first = metering.charge(key=key, model=chat, operation="chat", amount=2, request_id="a")
+    second = metering.charge(key=key, model=chat, operation="chat", amount=1, request_id="b")
+    assert key.credits == 2
+    assert metering.complete(entry=first, key=key, model=chat, operation="chat", provider="local", input_tokens=1,
+                             output_tokens=1, latency_ms=3)
+    assert metering.refund(entry=second) == 3
     assert UsageEvent.objects.filter(key=key).count() == 1
     assert not db._sqlite_write.locked()

@@ -1,0 +1,78 @@
+"""Idempotency-Key on the metered POST operations: a retry is charged once and answered with the first result.
+
+- The first request with a key claims it together with its charge (gateway.metering):
+  two simultaneous first attempts cannot both be charged.
+- A retry while the first is in flight gets 409 idempotency_conflict; a retry with
+  another body (or on another operation) 422 idempotency_mismatch.
+- A retry after the first completed gets the stored response (the JSON body, the
+  audio bytes, or the exact event stream that was relayed), with
+  ``Idempotent-Replayed: true``. Responses larger than IDEMPOTENCY_MAX_BODY_BYTES
+  are not kept: a retry of such a request gets 409 saying so, and is not charged.
+- A first attempt that failed was refunded and its claim released: a retry runs anew.
+- Claims last IDEMPOTENCY_HOURS (24 h); after that the same key starts a new request.
+"""
+import hashlib
+import re
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+from rest_framework.renderers import JSONRenderer
+
+from gateway.metering import Idempotency
+from keys.models import ApiKey, IdempotentRequest, LedgerEntry
+from utils_app.errors import IdempotencyConflict, IdempotencyMismatch, InvalidRequest
+
+HEADER = "Idempotency-Key"
+_VALID = re.compile(r"^[\x20-\x7e]{1,255}$")
+REPLAYED = {"Idempotent-Replayed": "true"}
+
+
+def from_request(request) -> Idempotency | None:
+    """The request's claim, when it sent the header: the key and a digest of what it asks."""
+    raw = request.META.get("HTTP_IDEMPOTENCY_KEY")
+    if raw is None:
+        return None
+    if not _VALID.match(raw):
+        raise InvalidRequest(f"{HEADER} must be 1 to 255 printable ASCII characters.", param=HEADER)
+    digest = hashlib.sha256(request.path.encode() + b"\n" + request.body).hexdigest()
+    return Idempotency(key=raw, request_hash=digest)
+
+
+def expired_before():
+    return timezone.now() - timedelta(hours=settings.IDEMPOTENCY_HOURS)
+
+
+def previous_answer(*, key: ApiKey, claim: Idempotency) -> tuple[int, dict, bytes] | None:
+    """The stored (status, headers, body) of an earlier request with this claim's key, if any."""
+    record = (IdempotentRequest.objects.filter(key=key, idempotency_key=claim.key)
+              .select_related("entry").only("request_hash", "response_status", "response_headers",
+                                            "response_body", "created_at", "entry__status").first())
+    if record is None:
+        return None
+    if record.created_at < expired_before():
+        record.delete()
+        return None
+    if record.request_hash != claim.request_hash:
+        raise IdempotencyMismatch(f"This {HEADER} was used with a different request; use a new key for a new "
+                                  f"request.", param=HEADER)
+    if record.response_status is None:
+        if record.entry.status == LedgerEntry.PENDING:
+            raise IdempotencyConflict(f"A request with this {HEADER} is still in progress; retry after it "
+                                      f"completes.", param=HEADER)
+        raise IdempotencyConflict(f"The request with this {HEADER} completed, but its response was too large "
+                                  f"to keep for a replay.", param=HEADER)
+    return record.response_status, {**record.response_headers, **REPLAYED}, bytes(record.response_body)
+
+
+def keep_answer(*, entry: int, headers: dict, body: bytes) -> None:
+    """Store a completed request's response for its retries, when it fits."""
+    if len(body) > settings.IDEMPOTENCY_MAX_BODY_BYTES:
+        return
+    IdempotentRequest.objects.filter(entry_id=entry).update(response_status=200, response_headers=headers,
+                                                            response_body=body)
+
+
+def rendered(body: dict) -> bytes:
+    """A JSON body as the response will carry it."""
+    return JSONRenderer().render(body)

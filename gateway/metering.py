@@ -1,0 +1,212 @@
+"""The two database statements of a metered request: the charge with its ledger row, and the settlement.
+
+Charge: one conditional UPDATE of the key takes the credits and counts the request
+in flight, only while the key is active, still of the tier that was checked, has
+the credits and is under its maxConcurrent. The database evaluates those
+conditions under the row lock, so concurrent requests can never spend a credit
+twice nor exceed maxConcurrent, whatever the number of workers or hosts. The
+pending ledger row is written by the same statement on PostgreSQL (a data-modifying
+CTE) and in the same transaction on SQLite (which has no such CTE, and no network
+between the statements): a charge without its row cannot exist.
+
+Settlement, success: the charge row is completed, the key's in-flight count
+released and the usage event (which feeds every analytic through its rollup
+triggers) inserted, again in one statement on PostgreSQL. Only a row still
+pending is settled, so a settlement can never happen twice, and a request whose
+charge the sweeper already abandoned and refunded is left as it is.
+
+Settlement, failure: refund in one transaction (the failure path may take a few
+statements): the charge row refunded, credits given back up to maxCredits, and a
+refund row recording what was actually restored.
+"""
+import logging
+from dataclasses import dataclass
+
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from keys import auth_cache
+from keys.models import ApiKey, IdempotentRequest, LedgerEntry
+from models_catalog.models import AiModel, UsageEvent
+from utils_app.db import one_writer_at_a_time
+from utils_app.errors import (
+    AccessDenied,
+    AuthenticationError,
+    ConcurrencyLimited,
+    IdempotencyConflict,
+    InsufficientCredits,
+)
+
+log = logging.getLogger("gateway.metering")
+
+KEYS = ApiKey._meta.db_table
+LEDGER = LedgerEntry._meta.db_table
+USAGE = UsageEvent._meta.db_table
+
+_TAKE = (f"UPDATE {KEYS} SET credits = credits - %(amount)s, in_flight = in_flight + 1, last_used_at = %(now)s "
+         f"WHERE id = %(key)s AND is_active AND tier = %(tier)s AND credits >= %(amount)s "
+         f"AND in_flight < max_concurrent")
+_ENTRY_COLUMNS = ("key_id, kind, amount, balance_after, status, actor, request_id, idempotency_key, operation, "
+                  "model, provider, created_at")
+_ENTRY_VALUES = ("'charge', -%(amount)s, {balance}, 'pending', '', %(request_id)s, %(idempotency_key)s, "
+                 "%(operation)s, %(model)s, '', %(now)s")
+CHARGE_POSTGRES = (f"WITH taken AS ({_TAKE} RETURNING id, credits) "
+                   f"INSERT INTO {LEDGER} ({_ENTRY_COLUMNS}) "
+                   f"SELECT id, {_ENTRY_VALUES.format(balance='credits')} FROM taken RETURNING id, balance_after")
+CHARGE_SQLITE = (f"{_TAKE} RETURNING credits",
+                 f"INSERT INTO {LEDGER} ({_ENTRY_COLUMNS}) "
+                 f"VALUES (%(key)s, {_ENTRY_VALUES.format(balance='%(balance)s')}) RETURNING id, balance_after")
+
+_COMPLETE = (f"UPDATE {LEDGER} SET status = 'completed', settled_at = %(now)s, input_tokens = %(input_tokens)s, "
+             f"output_tokens = %(output_tokens)s, latency_ms = %(latency_ms)s, provider = %(provider)s "
+             f"WHERE id = %(entry)s AND status = 'pending' RETURNING key_id, amount")
+_RELEASE = f"UPDATE {KEYS} SET in_flight = CASE WHEN in_flight > 0 THEN in_flight - 1 ELSE 0 END WHERE id = "
+_USAGE_COLUMNS = ("key_id, model_id, operation, status, success, input_tokens, output_tokens, credits_charged, "
+                  "latency_ms, provider, created_at")
+_USAGE_VALUES = ("%(model_pk)s, %(operation)s, 200, TRUE, %(input_tokens)s, %(output_tokens)s, {credits}, "
+                 "%(latency_ms)s, %(provider)s, %(now)s")
+COMPLETE_POSTGRES = (f"WITH settled AS ({_COMPLETE}), "
+                     f"released AS ({_RELEASE} (SELECT key_id FROM settled)) "
+                     f"INSERT INTO {USAGE} ({_USAGE_COLUMNS}) "
+                     f"SELECT key_id, {_USAGE_VALUES.format(credits='-amount')} FROM settled")
+COMPLETE_SQLITE = (_COMPLETE, f"{_RELEASE} %(key)s",
+                   f"INSERT INTO {USAGE} ({_USAGE_COLUMNS}) "
+                   f"VALUES (%(key)s, {_USAGE_VALUES.format(credits='%(credits)s')})")
+
+
+@dataclass(frozen=True)
+class Idempotency:
+    """What an Idempotency-Key request claims with its charge."""
+
+    key: str
+    request_hash: str
+
+
+def _now():
+    return connection.ops.adapt_datetimefield_value(timezone.now())
+
+
+def charge(*, key: ApiKey, model: AiModel, operation: str, amount: int, request_id: str,
+           idempotency: Idempotency | None = None) -> int:
+    """Take ``amount`` credits and write the pending charge row; returns the row's id.
+
+    Sets ``key.credits`` to the balance left. Raises 401/403/429/402 (in that order of
+    checks) when the key may not be charged, 409 when the Idempotency-Key was just claimed.
+    """
+    params = {"amount": amount, "now": _now(), "key": key.pk, "tier": key.tier, "request_id": request_id,
+              "idempotency_key": idempotency.key if idempotency else None, "operation": operation,
+              "model": model.model_id}
+    if idempotency is None and connection.vendor == "postgresql":
+        row = _take(params)  # one statement in autocommit: no BEGIN/COMMIT round trips
+    else:
+        row = _take_with_claim(params, key=key, idempotency=idempotency)
+    if row is None:
+        return _refused(key=key, model=model, operation=operation, amount=amount, request_id=request_id,
+                        idempotency=idempotency)
+    key.credits = row[1]
+    return row[0]
+
+
+def _take_with_claim(params: dict, *, key: ApiKey, idempotency: Idempotency | None):
+    """The charge in a transaction: SQLite's two statements, and the Idempotency-Key's record."""
+    try:
+        with one_writer_at_a_time(connection), transaction.atomic():
+            row = _take(params)
+            if row is not None and idempotency is not None:
+                IdempotentRequest.objects.create(key_id=key.pk, idempotency_key=idempotency.key,
+                                                 request_hash=idempotency.request_hash, entry_id=row[0],
+                                                 created_at=timezone.now())
+            return row
+    except IntegrityError:
+        if idempotency is None:
+            raise
+        # The same Idempotency-Key was claimed by a request running right now; the rollback
+        # took this charge back with the record.
+        raise IdempotencyConflict("A request with this Idempotency-Key is still in progress; retry after it "
+                                  "completes.", param="Idempotency-Key") from None
+
+
+def _take(params: dict):
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(CHARGE_POSTGRES, params)
+            return cursor.fetchone()
+        cursor.execute(CHARGE_SQLITE[0], params)
+        taken = cursor.fetchone()
+        if taken is None:
+            return None
+        cursor.execute(CHARGE_SQLITE[1], {**params, "balance": taken[0]})
+        return cursor.fetchone()
+
+
+def _refused(*, key: ApiKey, model: AiModel, amount: int, **charge_args) -> int:
+    """Why the conditional UPDATE took nothing, read from the row (the refusal path only)."""
+    row = ApiKey.objects.filter(pk=key.pk).values("is_active", "tier", "credits", "in_flight",
+                                                  "max_concurrent").first()
+    if row is None or not row["is_active"]:
+        auth_cache.forget(key.digest)
+        raise AuthenticationError("This API key has been revoked.", code="invalid_api_key")
+    if row["tier"] != key.tier:  # changed since this process cached the key: decide on the new tier
+        auth_cache.forget(key.digest)
+        key.tier = row["tier"]
+        if not key.can_use(model):
+            raise AccessDenied(f"Keys of the '{key.tier}' tier may not use the model '{model.model_id}'.",
+                               param="model")
+        return charge(key=key, model=model, amount=amount, **charge_args)
+    key.credits = row["credits"]
+    if row["in_flight"] >= row["max_concurrent"]:
+        raise ConcurrencyLimited(f"This key already has {row['max_concurrent']} request(s) in flight, its "
+                                 f"maxConcurrent; retry when one has finished.", param="maxConcurrent",
+                                 retry_after=1)
+    raise InsufficientCredits(f"This request costs {amount} credit(s) and the key has {row['credits']}.")
+
+
+def complete(*, entry: int, key: ApiKey, model: AiModel, operation: str, provider: str, input_tokens: int,
+             output_tokens: int, latency_ms: int) -> bool:
+    """Settle a charge as completed and record its usage; False when it was no longer pending."""
+    params = {"entry": entry, "key": key.pk, "model_pk": model.pk, "operation": operation, "provider": provider,
+              "input_tokens": input_tokens, "output_tokens": output_tokens, "latency_ms": latency_ms, "now": _now()}
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(COMPLETE_POSTGRES, params)
+            return cursor.rowcount == 1
+        with one_writer_at_a_time(connection), transaction.atomic():
+            cursor.execute(COMPLETE_SQLITE[0], params)
+            settled = cursor.fetchone()
+            if settled is None:
+                return False
+            cursor.execute(COMPLETE_SQLITE[1], params)
+            cursor.execute(COMPLETE_SQLITE[2], {**params, "credits": -settled[1]})
+            return True
+
+
+def refund(*, entry: int, status: str = LedgerEntry.REFUNDED, usage: dict | None = None,
+           latency_ms: int | None = None, provider: str = "") -> int | None:
+    """Give a pending charge back: mark it ``status`` (refunded or abandoned), restore its credits up to
+    the key's maxCredits, write the refund row and, when given, the usage event of the failure.
+
+    Returns the key's balance after, or None when the charge was no longer pending.
+    """
+    now = timezone.now()
+    with one_writer_at_a_time(connection), transaction.atomic():
+        charged = (LedgerEntry.objects.select_for_update().filter(pk=entry, status=LedgerEntry.PENDING)
+                   .only("id", "key_id", "amount").first())
+        if charged is None:
+            return None
+        key = ApiKey.objects.select_for_update().only("id", "credits", "max_credits", "in_flight").get(
+            pk=charged.key_id)
+        # Never above maxCredits (an edit may have lowered it meanwhile), never below what the key has.
+        restored = max(0, min(-charged.amount, key.max_credits - key.credits))
+        key.credits += restored
+        key.in_flight = max(0, key.in_flight - 1)
+        key.save(update_fields=["credits", "in_flight"])
+        LedgerEntry.objects.filter(pk=entry).update(status=status, settled_at=now, latency_ms=latency_ms,
+                                                    provider=provider)
+        LedgerEntry.objects.create(key_id=key.pk, kind=LedgerEntry.REFUND, amount=restored,
+                                   balance_after=key.credits, charge_id=entry, created_at=now, settled_at=now,
+                                   actor="" if status == LedgerEntry.REFUNDED else "settle_stale")
+        # A retry with the same Idempotency-Key runs anew after a failure.
+        IdempotentRequest.objects.filter(entry_id=entry).delete()
+        if usage is not None:
+            UsageEvent.objects.create(key_id=key.pk, created_at=now, **usage)
+    return key.credits

@@ -1,0 +1,22 @@
+from django.core.management.base import BaseCommand
+
+from keys.ledger import mismatches
+from keys.models import ApiKey
+
+
+class Command(BaseCommand):
+    help = ("Check every key's balance against the sum of its ledger, and its in-flight count against its "
+            "pending charges. Prints each mismatch; exits 1 if there is one.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--key", default="", metavar="PREFIX", help="only keys whose display prefix starts so")
+
+    def handle(self, *args, **options):
+        prefix = options["key"]
+        found = mismatches(prefix=prefix)
+        for mismatch in found:
+            self.stdout.write(f"MISMATCH {mismatch}")
+        checked = (ApiKey.objects.filter(prefix__startswith=prefix) if prefix else ApiKey.objects).count()
+        self.stdout.write(f"checked {checked} key(s): {len(found)} mismatch(es)")
+        if found:
+            raise SystemExit(1)

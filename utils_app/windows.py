@@ -1,0 +1,110 @@
+"""Fixed-window request counters: several windows counted in one step.
+
+On Redis (a shared cache) one small Lua script increments every window of a name
+and sets their expiry: one round trip, atomic, exact across workers and hosts.
+Without Redis the counters live in this process, in a dictionary of their own
+(not the local-memory cache, whose eviction would let a client reset its own
+counters by filling it); that is only correct with one worker process, which is
+why gunicorn_conf refuses more than one without REDIS_URL.
+
+Each name's windows are shifted by a stable offset, so windows of different keys
+do not all reset on the same second.
+"""
+import logging
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.core.cache import cache
+
+log = logging.getLogger("gateway.limits")
+
+_INCREMENT_ALL = """
+local counts = {}
+for i, name in ipairs(KEYS) do
+  counts[i] = redis.call('INCR', name)
+  if counts[i] == 1 then redis.call('EXPIRE', name, ARGV[i]) end
+end
+return counts
+"""
+
+
+@dataclass(frozen=True)
+class Window:
+    count: int
+    reset_seconds: int
+
+
+def _position(name: str, period: int, now: float) -> tuple[int, int]:
+    """(bucket number, seconds until it ends) of ``now`` in ``name``'s window of ``period`` seconds."""
+    shifted = int(now) + zlib.crc32(name.encode()) % period
+    return shifted // period, period - shifted % period
+
+
+def seconds_left(name: str, period: int) -> int:
+    """Seconds until ``name``'s current window of ``period`` seconds ends."""
+    return _position(name, period, time.time())[1]
+
+
+class _MemoryCounters:
+    def __init__(self):
+        self._counts: dict[tuple, int] = {}
+        self._lock = threading.Lock()
+        self._next_prune = 0.0
+
+    def increment(self, slots: list[tuple[str, int, int]], now: float) -> list[int]:
+        with self._lock:
+            if now > self._next_prune:
+                self._prune(now)
+            counts = []
+            for slot in slots:
+                self._counts[slot] = self._counts.get(slot, 0) + 1
+                counts.append(self._counts[slot])
+            return counts
+
+    def _prune(self, now: float) -> None:
+        # A slot is (name, period, bucket): drop the buckets that have ended.
+        self._counts = {slot: count for slot, count in self._counts.items()
+                        if slot[2] >= _position(slot[0], slot[1], now)[0]}
+        self._next_prune = now + 10
+
+    def clear(self) -> None:
+        with self._lock:
+            self._counts.clear()
+
+
+_memory = _MemoryCounters()
+_last_warning = 0.0
+
+
+def count(name: str, periods: tuple[int, ...]) -> list[Window] | None:
+    """Count one event in each window of ``name``; None when the shared cache cannot be reached."""
+    now = time.time()
+    positions = [_position(name, period, now) for period in periods]
+    if not settings.SHARED_CACHE:
+        counts = _memory.increment([(name, period, bucket) for period, (bucket, _) in zip(periods, positions)], now)
+    else:
+        try:
+            counts = cache.run_script(
+                _INCREMENT_ALL,
+                keys=[cache.make_key(f"w:{name}:{period}:{bucket}") for period, (bucket, _) in zip(periods, positions)],
+                args=[left + 1 for _, left in positions])
+        except Exception as exc:  # a cache outage must never refuse service: limits fail open
+            _warn(exc)
+            return None
+    return [Window(count=int(n), reset_seconds=left) for n, (_, left) in zip(counts, positions)]
+
+
+def _warn(exc: Exception) -> None:
+    # One line every ten seconds per process, not a traceback per request.
+    global _last_warning
+    if time.monotonic() - _last_warning > 10:
+        _last_warning = time.monotonic()
+        log.warning("shared cache unreachable (%s); request limits are not enforced meanwhile", type(exc).__name__)
+
+
+def reset() -> None:
+    """Forget the in-process counters (tests)."""
+    _memory.clear()

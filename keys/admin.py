@@ -14,7 +14,8 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from keys.forms import AddCreditsForm, ApiKeyChangeForm, ChangeTierForm, IssueKeyForm, RefillForm
-from keys.models import SECRET_PREFIX, ApiKey, AuditLog, digest_secret
+from keys import ledger
+from keys.models import SECRET_PREFIX, ApiKey, AuditLog, LedgerEntry, digest_secret
 from keys.services import set_active, update_key
 from models_catalog.dashboard import key_usage
 from utils_app.errors import InvalidRequest
@@ -189,6 +190,8 @@ class ApiKeyAdmin(admin.ModelAdmin):
             extra["usage"] = key_usage(key)
             extra["usage_url"] = reverse("admin:models_catalog_usageevent_changelist") + f"?key={key.pk}"
             extra["audit_url"] = reverse("admin:keys_auditlog_changelist") + f"?key={key.pk}"
+            extra["ledger"] = ledger.for_key(key)
+            extra["ledger_url"] = reverse("admin:keys_ledgerentry_changelist") + f"?key={key.pk}"
             extra["can_change"] = self.has_change_permission(request, key)
         # "Add another" would lead to the issue page, which is not a form to save into.
         extra["show_save_and_add_another"] = False
@@ -270,6 +273,39 @@ class ApiKeyAdmin(admin.ModelAdmin):
             set_active(key=key, active=True, actor=staff_actor(request))
             changed += 1
         self.message_user(request, f"Reactivated {changed} key(s).", messages.SUCCESS)
+
+
+@admin.register(LedgerEntry)
+class LedgerEntryAdmin(admin.ModelAdmin):
+    """Read-only: the ledger is written only by the changes it records."""
+
+    list_display = ("created_at", "key_link", "kind", "signed_amount", "balance_after", "status", "operation",
+                    "model", "request_id", "actor")
+    list_filter = ("kind", "status", KeyFilter)
+    search_fields = ("=request_id", "^key__prefix")
+    search_help_text = "Request id, or key prefix (sk-…)."
+    list_select_related = ("key",)
+    list_per_page = 100
+    show_full_result_count = False
+    readonly_fields = [field.name for field in LedgerEntry._meta.fields]
+
+    @admin.display(description="key")
+    def key_link(self, entry):
+        return format_html('<a href="{}">{}…</a>', reverse("admin:keys_apikey_change", args=[entry.key_id]),
+                           entry.key.prefix)
+
+    @admin.display(description="amount", ordering="amount")
+    def signed_amount(self, entry):
+        return f"{entry.amount:+d}"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(AuditLog)

@@ -7,7 +7,7 @@ through ``record_change`` inside the transaction that makes it, so the rule
 """
 from dataclasses import dataclass
 
-from django.db.models import Count, F, IntegerField, OuterRef, Q, Subquery, Sum, Value
+from django.db.models import Count, F, IntegerField, Min, OuterRef, Q, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -69,3 +69,34 @@ def mismatches(*, prefix: str = "") -> list[Mismatch]:
     return [Mismatch(prefix=key.prefix, credits=key.credits, ledger_sum=key.ledger_sum, in_flight=key.in_flight,
                      pending=key.pending)
             for key in keys.order_by("id")]
+
+
+@dataclass(frozen=True)
+class KeyLedger:
+    """What a key's staff page shows of its ledger."""
+
+    ledger_sum: int
+    pending: int
+    balanced: bool
+    recent: list
+
+
+def for_key(key: ApiKey, *, recent: int = 10) -> KeyLedger:
+    """The key's latest entries and whether its balance and in-flight count match its ledger."""
+    entries = LedgerEntry.objects.filter(key=key)
+    totals = entries.aggregate(total=Sum("amount"),
+                               pending=Count("id", filter=Q(kind=LedgerEntry.CHARGE, status=LedgerEntry.PENDING)))
+    total = totals["total"] or 0
+    return KeyLedger(ledger_sum=total, pending=totals["pending"],
+                     balanced=total == key.credits and totals["pending"] == key.in_flight,
+                     recent=list(entries.order_by("-created_at", "-id")[:recent]))
+
+
+def pending_charges() -> dict:
+    """Charges not settled yet: how many, how many credits, and how long the oldest has waited
+    (read through the partial index on pending rows)."""
+    row = LedgerEntry.objects.filter(kind=LedgerEntry.CHARGE, status=LedgerEntry.PENDING).aggregate(
+        count=Count("id"), credits=Sum("amount"), oldest=Min("created_at"))
+    oldest = row["oldest"]
+    return {"count": row["count"], "credits": -(row["credits"] or 0),
+            "oldest_seconds": int((timezone.now() - oldest).total_seconds()) if oldest else None}

@@ -20,6 +20,7 @@ from django.db.models import Aggregate, Count, IntegerField, Q, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
+from keys import ledger
 from keys.models import TIERS, ApiKey
 from models_catalog.models import AiModel, KeyDailyUsage, ModelHourlyUsage, UsageEvent
 
@@ -219,6 +220,7 @@ def overview(*, days: int = 30, now: datetime | None = None) -> dict:
         "top_keys": top_key_rows,
         "models_24h": models_last_24h(now=now),
         "tiers": active_keys_per_tier(),
+        "pending": ledger.pending_charges(),
     }
 
 

@@ -360,8 +360,18 @@ def _database_url() -> str:
     return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
+class Server(str):
+    """A served base URL that also knows the gunicorn master's process id."""
+
+    pid: int
+
+    def worker_pids(self) -> list[int]:
+        children = subprocess.run(["pgrep", "-P", str(self.pid)], capture_output=True, text=True).stdout
+        return [int(pid) for pid in children.split()]
+
+
 @contextmanager
-def gunicorn(data_dir: Path, *, workers: int = 1, threads: int = 4):
+def gunicorn(data_dir: Path, *, workers: int = 1, threads: int = 4, env: dict | None = None):
     """The working tree served by gunicorn in a subprocess, on the test database (PostgreSQL only:
     it must be reachable from another process) and on REDIS_URL when the tests have one."""
     port = _free_port()
@@ -370,12 +380,13 @@ def gunicorn(data_dir: Path, *, workers: int = 1, threads: int = 4):
     log_path = data_dir / "gunicorn.log"
     env = {**os.environ, "DATABASE_URL": _database_url(), "GATEWAY_DATA_DIR": str(data_dir),
            "BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": str(workers), "GUNICORN_THREADS": str(threads),
-           "ACCESS_LOG": os.devnull, "LOG_LEVEL": "WARNING"}
+           "ACCESS_LOG": os.devnull, "LOG_LEVEL": "WARNING", **(env or {})}
     with open(log_path, "wb") as log:
         process = subprocess.Popen([str(Path(sys.executable).parent / "gunicorn"), "-c",
                                     "python:gateway.gunicorn_conf", "gateway.wsgi"],
                                    cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
+    base = Server(f"http://127.0.0.1:{port}")
+    base.pid = process.pid
     try:
         deadline = time.monotonic() + 60
         while True:

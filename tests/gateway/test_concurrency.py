@@ -5,7 +5,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from keys.models import ApiKey
+from keys.ledger import mismatches
+from keys.models import ApiKey, LedgerEntry
 from models_catalog.models import UsageEvent
 from tests.gateway.conftest import LOCAL_BODIES, gunicorn
 
@@ -31,8 +32,13 @@ def test_forty_parallel_requests_on_credits_for_twenty_give_exactly_twenty_succe
 
     statuses = sorted(response.status_code for response in responses)
     assert statuses == [200] * 20 + [402] * 20
-    assert ApiKey.objects.get(pk=key.pk).credits == 0
+    key.refresh_from_db()
+    assert (key.credits, key.in_flight) == (0, 0)
     assert UsageEvent.objects.filter(key=key, success=True).count() == 20
+    # Every charge was settled, and the balance is the sum of its ledger.
+    assert list(LedgerEntry.objects.filter(key=key, kind="charge").values_list("status", flat=True)) == \
+        ["completed"] * 20
+    assert mismatches() == []
     # Every success saw a distinct balance: no credit was spent twice.
     remaining = sorted(int(r.headers["X-Remaining-Credits"]) for r in responses if r.status_code == 200)
     assert remaining == list(range(20))

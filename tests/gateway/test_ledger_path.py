@@ -118,6 +118,10 @@ def test_settle_stale_abandons_only_charges_older_than_its_limit(seeded, make_ke
     old = metering.charge(key=key, model=chat, operation="chat", amount=2, request_id="old")
     recent = metering.charge(key=key, model=chat, operation="chat", amount=3, request_id="recent")
     LedgerEntry.objects.filter(pk=old).update(created_at=timezone.now() - timedelta(hours=1))
+    out = StringIO()
+    call_command("settle_stale", "--older-than", "900", "--dry-run", stdout=out)
+    assert "would abandon and refund 1 charge(s)" in out.getvalue()
+    assert LedgerEntry.objects.get(pk=old).status == "pending"
     call_command("settle_stale", "--older-than", "900", stdout=StringIO())
     assert LedgerEntry.objects.get(pk=old).status == "abandoned"
     assert LedgerEntry.objects.get(pk=recent).status == "pending"

@@ -7,7 +7,6 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.urls import reverse
 
 from gateway import metering
-from models_catalog.models import AiModel
 from keys.models import ApiKey, AuditLog, digest_secret
 from models_catalog.models import AiModel
 

@@ -1,7 +1,12 @@
+"""Refund the charges a dead worker left pending (the service also runs this by itself; docs/ledger.md)."""
+from datetime import timedelta
+
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from gateway.sweeper import drop_expired_claims, settle_stale
+from keys.models import LedgerEntry
 
 
 class Command(BaseCommand):
@@ -9,16 +14,19 @@ class Command(BaseCommand):
             "mid-request), marking them abandoned; drop expired Idempotency-Key claims.")
 
     def add_arguments(self, parser):
-        parser.add_argument("--older-than", type=float, default=None, metavar="SECONDS",
-                            help=f"pending for longer than this (default LEDGER_STALE_SECONDS, "
-                                 f"now {settings.LEDGER_STALE_SECONDS})")
+        parser.add_argument("--older-than", type=float, default=settings.LEDGER_STALE_SECONDS, metavar="SECONDS",
+                            help="pending for longer than this (default LEDGER_STALE_SECONDS, %(default)s)")
+        parser.add_argument("--dry-run", action="store_true", help="only count what would be refunded")
 
-    def handle(self, *args, **options):
-        older_than = options["older_than"]
-        if older_than is None:
-            older_than = settings.LEDGER_STALE_SECONDS
+    def handle(self, *args, older_than, dry_run, **options):
         if older_than < 0:
             raise CommandError("--older-than must be 0 or more seconds")
+        if dry_run:
+            stale = LedgerEntry.objects.filter(kind=LedgerEntry.CHARGE, status=LedgerEntry.PENDING,
+                                               created_at__lt=timezone.now() - timedelta(seconds=older_than))
+            self.stdout.write(f"would abandon and refund {stale.count()} charge(s) pending for more than "
+                              f"{older_than:g}s")
+            return
         abandoned = settle_stale(older_than=older_than)
         dropped = drop_expired_claims()
         self.stdout.write(f"abandoned and refunded {abandoned} charge(s) pending for more than {older_than:g}s; "

@@ -1,3 +1,4 @@
+"""Check that every key's balance is the sum of its ledger (docs/ledger.md)."""
 from django.core.management.base import BaseCommand
 
 from keys.ledger import mismatches

@@ -17,6 +17,7 @@ PARALLEL = 40
 def test_forty_parallel_requests_on_credits_for_twenty_give_exactly_twenty_successes(transactional_db, seeded,
                                                                                      make_key, tmp_path):
     key, secret = make_key(credits=20, max_credits=20, rpm=1000, rph=10000)
+    ApiKey.objects.filter(pk=key.pk).update(max_concurrent=PARALLEL)  # this test is about credits only
     path, body = LOCAL_BODIES["embedding"]  # costs 1 credit
     start = threading.Barrier(PARALLEL)
 

@@ -1,0 +1,82 @@
+"""The request path under the production server: pooled connections, cached keys, database faults."""
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+from django.db import OperationalError
+
+from keys.ledger import mismatches
+from keys.models import ApiKey
+from tests.gateway.conftest import UPSTREAM_SECRET, LOCAL_BODIES, assert_error, chat_completion, gunicorn, post
+
+HELLO = [{"role": "user", "content": "Hello"}]
+
+
+def chat(base: str, secret: str, model: str = "local-chat") -> requests.Response:
+    return requests.post(f"{base}/v1/chat/completions", json={"model": model, "messages": HELLO},
+                         headers={"Authorization": f"Bearer {secret}"}, timeout=30)
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_slow_upstream_calls_hold_no_database_connection(transactional_db, fake_models, upstream, make_key, tmp_path,
+                                                         monkeypatch):
+    monkeypatch.setenv("GATEWAY_UPSTREAM_FAKE_KEY", UPSTREAM_SECRET)
+    key, secret = make_key(credits=100, max_credits=100, rpm=1000)
+    ApiKey.objects.filter(pk=key.pk).update(max_concurrent=100)
+    upstream.json("/chat/completions", chat_completion(), delay=1.0)
+    # Two pooled connections for twenty requests that each wait a second on the upstream:
+    # only possible if none of them keeps its connection while it waits.
+    with gunicorn(tmp_path / "server", env={"DATABASE_POOL_SIZE": "2", "DATABASE_POOL_TIMEOUT": "3"}) as base:
+        with ThreadPoolExecutor(20) as pool:
+            responses = list(pool.map(lambda _: chat(base, secret, "fake-chat"), range(20)))
+    assert [response.status_code for response in responses] == [200] * 20
+    key.refresh_from_db()
+    assert (key.credits, key.in_flight) == (80, 0)
+    assert mismatches() == []
+
+
+def admin_call(base: str, admin_secret: str, operation: str, body: dict) -> requests.Response:
+    return requests.post(f"{base}/admin/{operation}", json=body, headers={"Authorization": f"Bearer {admin_secret}"},
+                         timeout=10)
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_key_changes_reach_another_instance_within_the_cache_seconds(transactional_db, seeded, make_key,
+                                                                       admin_key, tmp_path):
+    limited, limited_secret = make_key(credits=100, max_credits=100, rpm=1000)
+    revoked, revoked_secret = make_key(credits=100, max_credits=100, rpm=1000)
+    _, admin_secret = admin_key
+    with gunicorn(tmp_path / "a") as first, gunicorn(tmp_path / "b") as second:
+        # The second instance now has both keys cached.
+        assert chat(second, limited_secret).status_code == chat(second, revoked_secret).status_code == 200
+
+        assert admin_call(first, admin_secret, "revoke-key", {"key": revoked_secret}).status_code == 200
+        # At once: the charge itself checks that the key is still active.
+        assert chat(second, revoked_secret).status_code == 401
+
+        assert admin_call(first, admin_secret, "update-key",
+                          {"key": limited_secret, "update": {"rpm": 1}}).status_code == 200
+        time.sleep(1.2)  # KEY_CACHE_SECONDS, 1 s by default
+        refused = chat(second, limited_secret)
+        assert refused.status_code == 429 and refused.json()["error"]["param"] == "rpm"
+    assert [ApiKey.objects.get(pk=key.pk).credits for key in (limited, revoked)] == [99, 99]
+    assert mismatches() == []
+
+
+@pytest.mark.django_db
+def test_a_database_outage_at_the_charge_is_a_503_with_retry_after(client, seeded, free_key, monkeypatch):
+    key, secret = free_key
+
+    def unreachable(**kwargs):
+        raise OperationalError("connection to server at 127.0.0.1 failed: Connection refused")
+
+    monkeypatch.setattr("gateway.metering.charge", unreachable)
+    response = post(client, *LOCAL_BODIES["chat"], secret)
+    error = assert_error(response, 503, "service_unavailable", "server_error")
+    assert response["Retry-After"] == "2"
+    assert "127.0.0.1" not in json.dumps(error)
+    assert ApiKey.objects.get(pk=key.pk).credits == 100

@@ -68,15 +68,18 @@ def measure(backend: str, workdir: Path, args, nginx: harness.Process, source: P
     gateway.prepare(keys=args.keys)
     workers, threads = gateway.workers_and_threads()
     gateway.start()
+    floor = gateway.start_floor(harness.FLOOR_PORT)
     groups = {"gateway": lambda: harness.process_tree(gateway.process.pid),
               "upstream": lambda: harness.process_tree(nginx.pid)}
     if backend == "postgres+redis":
         groups["postgres"] = lambda: harness.postgres_backends(urlsplit(harness.PG_URL).path.lstrip("/"))
+        groups["redis"] = harness.redis_server_pids
     cpu = harness.CpuMeter(**groups)
     rows = []
     try:
         targets = [
             ("direct", f"http://127.0.0.1:{harness.FAST_UPSTREAM_PORT}/v1/chat/completions", None, "bench-upstream"),
+            ("floor", f"http://127.0.0.1:{harness.FLOOR_PORT}/v1/chat/completions", None, "bench-upstream"),
             ("gateway", f"{gateway.url}/v1/chat/completions", gateway.keys_file, "bench-chat"),
             ("gateway local-chat", f"{gateway.url}/v1/chat/completions", gateway.keys_file, "local-chat"),
         ]
@@ -94,7 +97,12 @@ def measure(backend: str, workdir: Path, args, nginx: harness.Process, source: P
                             f"non-2xx {result['non_2xx']}, socket errors {result['socket_errors']}, load {result['load']}, "
                             f"CPU ms/request {result['cpu_ms']}")
                 rows.append(result)
+        rss = harness.rss_mib(harness.process_tree(gateway.process.pid))
+        harness.log(f"{source_label(source)} {backend}: gateway RSS after the run {rss} MiB")
+        for row in rows:
+            row["rss_mib"] = rss
     finally:
+        floor.stop()
         gateway.stop()
     return rows
 
@@ -118,6 +126,7 @@ def medians(rows: list[dict]) -> list[dict]:
         row["non_2xx"] = sum(run["non_2xx"] for run in runs)
         row["socket_errors"] = sum(run["socket_errors"] for run in runs)
         row["load"] = max(run["load"] for run in runs)
+        row["rss_mib"] = max(run.get("rss_mib", 0) for run in runs)
         merged.append(row)
     return merged
 
@@ -126,35 +135,39 @@ def cpu_cell(row: dict) -> str:
     cpu = row.get("cpu_ms") or {}
     cell = f"{cpu.get('gateway', 0):.2f}"
     if "postgres" in cpu:
-        cell += f" (+ {cpu['postgres']:.2f})"
+        cell += f" (+ {cpu['postgres']:.2f}, {cpu.get('redis', 0):.2f})"
     return cell
 
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| backend (workers×threads) | conns | direct req/s | gateway req/s | ratio | direct p50 / p99 ms "
-        "| gateway p50 / p99 ms | added p50 / p99 ms | local-chat req/s, p50 ms | gateway CPU ms/req (+ PostgreSQL) | non-2xx | load |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| backend (workers×threads) | conns | direct req/s | floor req/s | gateway req/s | of floor "
+        "| direct p50 / p99 ms | gateway p50 / p99 ms | added p50 / p99 ms | local-chat req/s, p50 ms "
+        "| gateway CPU ms/req (+ PostgreSQL, Redis) | RSS MiB | non-2xx | load |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     index = {(r["source"], r["backend"], r["connections"], r["target"]): r for r in rows}
     sources = list(dict.fromkeys(r["source"] for r in rows))
     for backend, source in dict.fromkeys((r["backend"], r["source"]) for r in rows):
         for connections in dict.fromkeys(r["connections"] for r in rows if r["backend"] == backend):
             direct = index[(source, backend, connections, "direct")]
+            floor = index[(source, backend, connections, "floor")]
             gateway = index[(source, backend, connections, "gateway")]
             local = index[(source, backend, connections, "gateway local-chat")]
-            errors = sum(r["non_2xx"] + r["socket_errors"] for r in (direct, gateway, local))
+            errors = sum(r["non_2xx"] + r["socket_errors"] for r in (direct, floor, gateway, local))
             label = f"{backend} ({gateway['workers']}×{gateway['threads']})"
             if len(sources) > 1:
                 label += f", {source}"
             lines.append(
                 f"| {label} | {connections} "
-                f"| {direct['rps']:,.0f} | {gateway['rps']:,.0f} | {gateway['rps'] / direct['rps']:.3f} "
+                f"| {direct['rps']:,.0f} | {floor['rps']:,.0f} | {gateway['rps']:,.0f} "
+                f"| {gateway['rps'] / floor['rps']:.2f} "
                 f"| {direct['p50_us'] / 1000:.2f} / {direct['p99_us'] / 1000:.2f} "
                 f"| {gateway['p50_us'] / 1000:.2f} / {gateway['p99_us'] / 1000:.2f} "
                 f"| {(gateway['p50_us'] - direct['p50_us']) / 1000:.2f} / "
                 f"{(gateway['p99_us'] - direct['p99_us']) / 1000:.2f} "
-                f"| {local['rps']:,.0f}, {local['p50_us'] / 1000:.2f} | {cpu_cell(gateway)} | {errors} "
+                f"| {local['rps']:,.0f}, {local['p50_us'] / 1000:.2f} | {cpu_cell(gateway)} "
+                f"| {gateway.get('rss_mib', 0):.0f} | {errors} "
                 f"| {max(r['load'] for r in (direct, gateway, local)):.1f} |")
     return "\n".join(lines)
 

@@ -30,6 +30,7 @@ CATALOG = BENCH / "catalog.toml"
 FAST_UPSTREAM_PORT = 18201
 STREAM_UPSTREAM_PORT = 18202
 GATEWAY_PORTS = {"embedded": 18210, "postgres+redis": 18211}
+FLOOR_PORT = 18219
 
 PG_URL = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gw_bench")
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/5")
@@ -84,6 +85,33 @@ def postgres_backends(database: str) -> list[int]:
          f"SELECT pid FROM pg_stat_activity WHERE datname = '{database}'"],
         check=True, stdout=subprocess.PIPE, text=True).stdout
     return [int(line) for line in out.split()]
+
+
+def redis_server_pids() -> list[int]:
+    """The redis-server processes on this machine (read only, for their CPU time: the bench shares
+    the machine's Redis, so its figure includes whatever else uses that server meanwhile)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == "redis-server":
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def rss_mib(pids: list[int]) -> float:
+    """Resident memory of these processes together, in MiB (from /proc)."""
+    total_kib = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total_kib += int(line.split()[1])
+        except OSError:
+            continue
+    return round(total_kib / 1024, 1)
 
 
 class CpuMeter:
@@ -306,10 +334,31 @@ class Gateway:
 
     def workers_and_threads(self) -> tuple[int, int]:
         """What gateway/gunicorn_conf.py chose for this environment."""
-        code = "import gateway.gunicorn_conf as c; print(c.workers, c.threads)"
+        config = self.server_config()
+        return config["workers"], config["threads"]
+
+    def server_config(self) -> dict:
+        """gateway/gunicorn_conf.py's choices for this environment (worker class, counts)."""
+        code = ("import json, gateway.gunicorn_conf as c; print(json.dumps({'worker_class': c.worker_class, "
+                "'workers': c.workers, 'threads': c.threads, "
+                "'worker_connections': getattr(c, 'worker_connections', 1000)}))")
         out = subprocess.run([PYTHON, "-c", code], cwd=self.source, env=self.env, check=True,
-                             stdout=subprocess.PIPE, text=True).stdout.split()
-        return int(out[0]), int(out[1])
+                             stdout=subprocess.PIPE, text=True).stdout
+        return json.loads(out)
+
+    def start_floor(self, port: int) -> Process:
+        """bench/floor_view.py under gunicorn with this gateway's worker settings, on ``port``."""
+        config = self.server_config()
+        process = Process(
+            f"floor view on :{port}",
+            [str(VENV_BIN / "gunicorn"), "--chdir", str(BENCH), "-b", f"127.0.0.1:{port}",
+             "-k", config["worker_class"], "-w", str(config["workers"]), "--threads", str(config["threads"]),
+             "--worker-connections", str(config["worker_connections"]), "--access-logfile", "/dev/null",
+             "floor_view:application"],
+            env={**os.environ, "FLOOR_UPSTREAM": f"http://127.0.0.1:{FAST_UPSTREAM_PORT}/v1/chat/completions"},
+            logfile=self.dir / "floor.log")
+        wait_for_port(port, process=process)
+        return process
 
 
 def make_workdir(prefix: str) -> Path:

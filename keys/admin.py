@@ -90,7 +90,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
     list_filter = ("tier", "is_active", "is_admin", CreditsFilter)
     search_fields = ("^prefix", "name", "=owner_platform_id", "owner_platform_username", "owner_category")
     search_help_text = ("Prefix (sk-…), name, owner id, owner username or category. "
-                        "Pasting a whole secret finds its key.")
+                        "To find a key by its whole secret, use the form above the list.")
     sortable_by = ("display_prefix", "name", "tier", "credits", "ceiling", "rpm", "rph", "admin_flag",
                    "active_flag", "last_used_at")
     ordering = ("-created_at",)
@@ -133,9 +133,24 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()
         if term.startswith(SECRET_PREFIX) and len(term) > 20:
-            # A whole secret: look it up by digest, as authentication does. Nothing is stored or shown.
-            return queryset.filter(digest=digest_secret(term)), False
+            # A whole secret in a GET URL ends up in access logs and browser history: refuse it
+            # and point to the form that posts it instead.
+            self.message_user(request, "That looks like a whole secret: secrets do not belong in a URL. Use "
+                                       "“Find a key by its secret” above, which sends it in a POST.",
+                              messages.WARNING)
+            return queryset.none(), False
         return super().get_search_results(request, queryset, search_term)
+
+    def find_by_secret_view(self, request):
+        """POST a whole secret; go to its key's page. Looked up by digest, as authentication does."""
+        if request.method != "POST" or not self.has_view_permission(request):
+            raise PermissionDenied
+        secret = request.POST.get("secret", "").strip()
+        key = ApiKey.objects.filter(digest=digest_secret(secret)).only("pk").first() if secret else None
+        if key is None:
+            self.message_user(request, "No key has that secret.", messages.WARNING)
+            return HttpResponseRedirect(reverse("admin:keys_apikey_changelist"))
+        return HttpResponseRedirect(reverse("admin:keys_apikey_change", args=[key.pk]))
 
     # -------------------------------------------------------------- issuing a key
 
@@ -143,6 +158,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
         wrap = self.admin_site.admin_view
         info = self.opts.app_label, self.opts.model_name
         return [
+            path("find/", wrap(self.find_by_secret_view), name="%s_%s_find" % info),
             path("<path:object_id>/revoke/", wrap(self.revoke_view), name="%s_%s_revoke" % info),
             path("<path:object_id>/reactivate/", wrap(self.reactivate_view), name="%s_%s_reactivate" % info),
             *super().get_urls(),

@@ -1,4 +1,6 @@
-"""One writer at a time on SQLite, queued in the process instead of in SQLite's busy handler.
+"""Database plumbing: SQLite's one writer at a time, and telling dead pooled PostgreSQL connections.
+
+One writer at a time on SQLite, queued in the process instead of in SQLite's busy handler.
 
 SQLite lets one connection write at a time. A connection that finds the write lock
 taken waits in SQLite's busy handler, which sleeps and retries with growing pauses
@@ -11,6 +13,7 @@ the process queue on it and the next one runs as soon as the lock is free. Write
 in other processes (management commands) still meet SQLite's busy handler, and so
 does everything on PostgreSQL, where rows, not the database, are locked.
 """
+import select
 import threading
 from contextlib import contextmanager
 
@@ -35,3 +38,16 @@ def one_writer_at_a_time(connection):
     finally:
         if acquired:
             _sqlite_write.release()
+
+
+def ended_by_server(conn) -> bool:
+    """Whether an idle PostgreSQL connection was ended by the server (a restart, a terminated backend).
+
+    The server announces the end of a connection (an error message, then end of file), so
+    a dead idle connection has bytes waiting on its socket while a healthy one has none: a
+    zero-timeout poll tells them apart with no round trip to the server.
+    """
+    if conn.closed:
+        return True
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    return bool(readable)

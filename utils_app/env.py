@@ -102,13 +102,16 @@ def database_from_url(url: str, *, data_dir: Path) -> dict:
         # process holds however many threads it runs (gthread workers x threads could
         # otherwise exceed the server's max_connections). The pool hands out healthy
         # connections, so no per-request health-check query is needed.
+        # An exhausted or unreachable pool answers 503 service_unavailable after
+        # DATABASE_POOL_TIMEOUT (utils_app.errors); dead connections are dropped before use.
         options["pool"] = {
             "min_size": 1,
             "max_size": env_int("DATABASE_POOL_SIZE", 16, minimum=1),
-            "timeout": env_float("DATABASE_POOL_TIMEOUT", 10.0, minimum=0.1),
+            "timeout": env_float("DATABASE_POOL_TIMEOUT", 3.0, minimum=0.1),
         }
         return {
-            "ENGINE": "django.db.backends.postgresql",
+            # Django's PostgreSQL backend, handing out only live pooled connections (utils_app.postgresql).
+            "ENGINE": "utils_app.postgresql",
             "NAME": name,
             "USER": unquote(parts.username or ""),
             "PASSWORD": unquote(parts.password or ""),

@@ -50,29 +50,33 @@ def _cache():
 
 
 _HealthCheck = inline_serializer(name="HealthCheck", fields={
-    "status": serializers.ChoiceField(choices=["up", "down"]),
+    "status": serializers.ChoiceField(choices=["up", "down", "degraded"]),
     "latency_ms": serializers.FloatField(required=False),
     "error": serializers.CharField(required=False),
 })
 _Health = inline_serializer(name="Health", fields={
-    "status": serializers.ChoiceField(choices=["ok", "degraded"]),
+    "status": serializers.ChoiceField(choices=["ok", "degraded", "down"]),
     "checks": inline_serializer(name="HealthChecks", fields={"database": _HealthCheck, "cache": _HealthCheck}),
 })
 
 
 class HealthView(APIView):
-    """200 when the database and the cache answer, 503 when one does not."""
+    """200 while requests can be served: the database answers. A lost cache only degrades the
+    service (rate limits fail open; credits live in the database), so it is reported but keeps
+    the 200 a load balancer acts on; 503 means the database does not answer."""
 
     @extend_schema(operation_id="health", tags=["service"], summary="Database and cache health",
-                   responses={200: _Health, 503: OpenApiResponse(_Health, description="A check failed.")})
+                   responses={200: _Health, 503: OpenApiResponse(_Health, description="The database is down.")})
     def get(self, request):
-        checks = {
-            "database": {"vendor": connection.vendor, **_check(_database)},
-            "cache": {"backend": "redis" if settings.SHARED_CACHE else "local-memory", **_check(_cache)},
-        }
-        healthy = all(check["status"] == "up" for check in checks.values())
-        return Response({"status": "ok" if healthy else "degraded", "checks": checks},
-                        status=200 if healthy else 503)
+        database = {"vendor": connection.vendor, **_check(_database)}
+        cache_check = {"backend": "redis" if settings.SHARED_CACHE else "local-memory", **_check(_cache)}
+        if cache_check["status"] == "down":
+            cache_check["status"] = "degraded"
+        if database["status"] == "down":
+            status, code = "down", 503
+        else:
+            status, code = ("ok" if cache_check["status"] == "up" else "degraded"), 200
+        return Response({"status": status, "checks": {"database": database, "cache": cache_check}}, status=code)
 
 
 # ---------------------------------------------------------------- facts

@@ -106,11 +106,23 @@ def test_the_list_searches_prefix_owner_and_category(staff_client, make_key):
     assert found(bob.prefix) == {bob.pk}
 
 
-def test_pasting_a_whole_secret_finds_its_key_by_digest(staff_client, make_key):
+def test_a_whole_secret_posted_to_the_find_form_opens_its_key(staff_client, make_key):
     wanted, secret = make_key()
     make_key()
+    response = staff_client.post(reverse("admin:keys_apikey_find"), {"secret": secret})
+    assert response.status_code == 302
+    assert response["Location"] == change_url(wanted)
+    missing = staff_client.post(reverse("admin:keys_apikey_find"), {"secret": secret + "x"}, follow=True)
+    assert "No key has that secret." in missing.content.decode()
+    assert staff_client.get(reverse("admin:keys_apikey_find")).status_code == 403
+
+
+def test_a_whole_secret_in_the_search_url_is_refused_not_looked_up(staff_client, make_key):
+    _, secret = make_key()
     response = staff_client.get(LIST, {"q": secret})
-    assert [k.pk for k in response.context["cl"].result_list] == [wanted.pk]
+    assert list(response.context["cl"].result_list) == []
+    assert "secrets do not belong in a URL" in response.content.decode()
+    assert 'id="find-by-secret"' in response.content.decode()
 
 
 def test_the_list_filters_keys_at_zero_credits_and_by_tier(staff_client, make_key):

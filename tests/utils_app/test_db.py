@@ -38,3 +38,41 @@ def test_charges_and_settlements_still_work_through_the_lock(transactional_db, s
     assert metering.refund(entry=second) == 3
     assert UsageEvent.objects.filter(key=key).count() == 1
     assert not db._sqlite_write.locked()
+
+
+@pytest.mark.postgres
+def test_a_connection_the_server_ended_is_told_apart_without_a_round_trip(transactional_db):
+    import time
+
+    import psycopg
+
+    settings_dict = connection.settings_dict
+    params = dict(host=settings_dict["HOST"] or "127.0.0.1", port=settings_dict["PORT"] or 5432,
+                  user=settings_dict["USER"], dbname=settings_dict["NAME"], autocommit=True)
+    with psycopg.connect(**params) as pooled, psycopg.connect(**params) as admin:
+        assert not db.ended_by_server(pooled)  # healthy and idle: nothing waiting on its socket
+        admin.execute("SELECT pg_terminate_backend(%s)", [pooled.info.backend_pid])
+        time.sleep(0.2)  # the server's goodbye reaches the socket
+        assert db.ended_by_server(pooled)
+
+
+@pytest.mark.postgres
+def test_the_pool_never_hands_out_a_connection_the_server_ended(transactional_db):
+    import time
+
+    from django.db import connections
+
+    other = connections.create_connection("default")  # a connection of its own, from the same pool
+    try:
+        other.ensure_connection()
+        doomed = other.connection.info.backend_pid
+        other.close()  # back to the pool, idle
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [doomed])
+        time.sleep(0.2)
+        other.ensure_connection()
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            assert cursor.fetchone()[0] != doomed
+    finally:
+        other.close()

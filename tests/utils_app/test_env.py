@@ -12,7 +12,7 @@ def test_database_url_unset_is_sqlite_in_the_data_dir(tmp_path):
 
 def test_database_url_postgres_is_parsed():
     config = env.database_from_url("postgres://ann:p%40ss@db.internal:6543/gw?sslmode=require", data_dir=None)
-    assert config["ENGINE"] == "django.db.backends.postgresql"
+    assert config["ENGINE"] == "utils_app.postgresql"
     assert (config["USER"], config["PASSWORD"], config["HOST"], config["PORT"], config["NAME"]) == (
         "ann", "p@ss", "db.internal", "6543", "gw")
     assert config["OPTIONS"]["sslmode"] == "require"

@@ -100,7 +100,8 @@ class ApiKeyAdmin(admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": ("display_prefix", "name", ("is_active", "is_admin"),
                            ("created_at", "last_used_at"))}),
-        ("Tier, credits and limits", {"fields": ("tier", ("credits", "max_credits"), ("rpm", "rph"))}),
+        ("Tier, credits and limits", {"fields": ("tier", ("credits", "max_credits"), ("rpm", "rph"),
+                                                 "max_concurrent")}),
         ("Owner", {"fields": ("owner_platform_id", "owner_platform_username", "owner_platform_img",
                               "owner_category")}),
     )

@@ -15,10 +15,11 @@ from utils_app.errors import InvalidRequest
 BIGINT_MAX = 2**63 - 1
 
 # keys.services speaks the API's names (maxCredits); the forms speak the model's.
-FIELD_OF_PARAM = {"tier": "tier", "credits": "credits", "maxCredits": "max_credits", "rpm": "rpm", "rph": "rph"}
+FIELD_OF_PARAM = {"tier": "tier", "credits": "credits", "maxCredits": "max_credits", "rpm": "rpm", "rph": "rph",
+                  "maxConcurrent": "max_concurrent"}
 API_NAME_OF_FIELD = {field: param for param, field in FIELD_OF_PARAM.items()}
 OWNER_MEMBER_OF_FIELD = {field: member for member, field in OWNER_FIELDS.items()}
-CONFIG_FIELDS = ("tier", "credits", "max_credits", "rpm", "rph")
+CONFIG_FIELDS = ("tier", "credits", "max_credits", "rpm", "rph", "max_concurrent")
 
 
 def add_service_error(form: forms.BaseForm, exc: InvalidRequest) -> None:
@@ -47,6 +48,9 @@ class IssueKeyForm(forms.Form):
                                      help_text="Credit ceiling, and what a refill restores. Empty: same as credits.")
     rpm = forms.IntegerField(label="rpm", initial=60, help_text="Requests per minute (1–1000).")
     rph = forms.IntegerField(label="rph", initial=1000, help_text="Requests per hour (1–10000).")
+    max_concurrent = forms.IntegerField(label="maxConcurrent", initial=16, required=False,
+                                        help_text="Requests in flight at once, streams included (1–1000). "
+                                                  "Empty: 16.")
     is_admin = forms.BooleanField(label="Admin key", required=False,
                                   help_text="May call the /admin API operations (a flag, not a tier).")
 
@@ -63,9 +67,11 @@ class IssueKeyForm(forms.Form):
             return data
         if data.get("max_credits") is None:
             data["max_credits"] = data["credits"]
+        if data.get("max_concurrent") is None:
+            data["max_concurrent"] = ApiKey._meta.get_field("max_concurrent").default
         try:
             check_config(tier=data["tier"], credits=data["credits"], max_credits=data["max_credits"],
-                         rpm=data["rpm"], rph=data["rph"])
+                         rpm=data["rpm"], rph=data["rph"], max_concurrent=data["max_concurrent"])
         except InvalidRequest as exc:
             add_service_error(self, exc)
         return data
@@ -74,7 +80,8 @@ class IssueKeyForm(forms.Form):
         data = self.cleaned_data
         owner = {member: data[field] for field, member in OWNER_MEMBER_OF_FIELD.items()}
         return issue_key(actor=actor, tier=data["tier"], credits=data["credits"], max_credits=data["max_credits"],
-                         rpm=data["rpm"], rph=data["rph"], owner=owner, is_admin=data["is_admin"],
+                         rpm=data["rpm"], rph=data["rph"], max_concurrent=data["max_concurrent"], owner=owner,
+                         is_admin=data["is_admin"],
                          name=data["name"])
 
 
@@ -89,13 +96,14 @@ class ApiKeyChangeForm(forms.ModelForm):
     class Meta:
         model = ApiKey
         fields = [*CONFIG_FIELDS, *OWNER_FIELDS.values()]
-        labels = {"max_credits": "maxCredits", "rpm": "rpm", "rph": "rph"}
+        labels = {"max_credits": "maxCredits", "rpm": "rpm", "rph": "rph", "max_concurrent": "maxConcurrent"}
         help_texts = {"max_credits": "Credit ceiling, and what a refill restores.",
-                      "rpm": "Requests per minute (1–1000).", "rph": "Requests per hour (1–10000)."}
+                      "rpm": "Requests per minute (1–1000).", "rph": "Requests per hour (1–10000).",
+                      "max_concurrent": "Requests in flight at once, streams included (1–1000)."}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        for name in ("credits", "max_credits", "rpm", "rph"):
+        for name in ("credits", "max_credits", "rpm", "rph", "max_concurrent"):
             if name not in self.fields:  # a view-only user gets no editable fields
                 continue
             # Plain integers: the ranges are keys.services' rules, and the column

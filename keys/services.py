@@ -4,11 +4,22 @@ from django.db.models import F
 
 from keys import ledger
 from keys.auth_cache import forget
-from keys.models import OWNER_FIELDS, RPH_RANGE, RPM_RANGE, TIERS, ApiKey, AuditLog, LedgerEntry, generate_secret
+from keys.models import (
+    MAX_CONCURRENT_RANGE,
+    OWNER_FIELDS,
+    RPH_RANGE,
+    RPM_RANGE,
+    TIERS,
+    ApiKey,
+    AuditLog,
+    LedgerEntry,
+    generate_secret,
+)
 from utils_app.errors import InvalidRequest, NotFound
 
 
-def check_config(*, tier: str, credits: int, max_credits: int, rpm: int, rph: int, prefix: str = "") -> None:
+def check_config(*, tier: str, credits: int, max_credits: int, rpm: int, rph: int, max_concurrent: int = 16,
+                 prefix: str = "") -> None:
     """The rules every key configuration must satisfy; ``prefix`` leads the error's param path."""
     def fail(field, message):
         raise InvalidRequest(message, code="invalid_value", param=f"{prefix}{field}")
@@ -23,6 +34,8 @@ def check_config(*, tier: str, credits: int, max_credits: int, rpm: int, rph: in
         fail("rpm", f"rpm must be between {RPM_RANGE[0]} and {RPM_RANGE[1]}.")
     if not RPH_RANGE[0] <= rph <= RPH_RANGE[1]:
         fail("rph", f"rph must be between {RPH_RANGE[0]} and {RPH_RANGE[1]}.")
+    if not MAX_CONCURRENT_RANGE[0] <= max_concurrent <= MAX_CONCURRENT_RANGE[1]:
+        fail("maxConcurrent", f"maxConcurrent must be between {MAX_CONCURRENT_RANGE[0]} and {MAX_CONCURRENT_RANGE[1]}.")
     if credits > max_credits:
         fail("credits", f"credits ({credits}) may not exceed maxCredits ({max_credits}).")
 
@@ -38,15 +51,16 @@ def key_snapshot(key: ApiKey) -> dict:
 
 
 def issue_key(*, actor: str, tier: str = "free", credits: int = 0, max_credits: int | None = None,
-              rpm: int = 60, rph: int = 1000, owner: dict | None = None, is_admin: bool = False,
-              name: str = "", param_prefix: str = "") -> tuple[ApiKey, str]:
+              rpm: int = 60, rph: int = 1000, max_concurrent: int = 16, owner: dict | None = None,
+              is_admin: bool = False, name: str = "", param_prefix: str = "") -> tuple[ApiKey, str]:
     """Create a key and return it with its secret, the only time the secret exists."""
     if max_credits is None:
         max_credits = credits
-    check_config(tier=tier, credits=credits, max_credits=max_credits, rpm=rpm, rph=rph, prefix=param_prefix)
+    check_config(tier=tier, credits=credits, max_credits=max_credits, rpm=rpm, rph=rph,
+                 max_concurrent=max_concurrent, prefix=param_prefix)
     secret = generate_secret()
     key = ApiKey(tier=tier, credits=credits, max_credits=max_credits, rpm=rpm, rph=rph,
-                 is_admin=is_admin, name=name)
+                 max_concurrent=max_concurrent, is_admin=is_admin, name=name)
     for member, value in (owner or {}).items():
         setattr(key, OWNER_FIELDS[member], value or "")
     key.set_secret(secret)
@@ -61,7 +75,7 @@ def create_key(*, config: dict, actor: str, name: str = "", is_admin: bool = Fal
     """issue_key for the admin API: ``config`` uses the API's member names (maxCredits, owner, ...)."""
     return issue_key(actor=actor, tier=config.get("tier", "free"), credits=config.get("credits", 0),
                      max_credits=config.get("maxCredits"), rpm=config.get("rpm", 60), rph=config.get("rph", 1000),
-                     owner=config.get("owner"), is_admin=is_admin, name=name, param_prefix="config.")
+                     max_concurrent=config.get("maxConcurrent", 16), owner=config.get("owner"), is_admin=is_admin, name=name, param_prefix="config.")
 
 
 def find_key(secret: str) -> ApiKey:
@@ -98,13 +112,13 @@ def update_key(*, key: ApiKey, changes: dict, actor: str, param_prefix: str = "u
         before = key_snapshot(key)
         balance_before = key.credits
         for api_name, field in (("tier", "tier"), ("credits", "credits"), ("maxCredits", "max_credits"),
-                                ("rpm", "rpm"), ("rph", "rph")):
+                                ("rpm", "rpm"), ("rph", "rph"), ("maxConcurrent", "max_concurrent")):
             if api_name in changes:
                 setattr(key, field, changes[api_name])
         for member, value in (changes.get("owner") or {}).items():
             setattr(key, OWNER_FIELDS[member], value if value is not None else "")
         check_config(tier=key.tier, credits=key.credits, max_credits=key.max_credits, rpm=key.rpm, rph=key.rph,
-                     prefix=param_prefix)
+                     max_concurrent=key.max_concurrent, prefix=param_prefix)
         key.save()
         ledger.record_change(key=key, before=balance_before, kind=LedgerEntry.ADJUSTMENT, actor=actor)
         audit(actor=actor, action="update_key", key=key, before=before, after=key_snapshot(key))

@@ -1,7 +1,7 @@
 import pytest
 
 from keys.models import ApiKey, AuditLog
-from keys.services import set_active, update_key
+from keys.services import issue_key, set_active, update_key
 from utils_app.errors import InvalidRequest
 
 pytestmark = pytest.mark.django_db
@@ -43,3 +43,26 @@ def test_revoke_and_reactivate_are_audited_once(make_key):
     set_active(key=key, active=True, actor="test")
     assert list(AuditLog.objects.filter(key=key).order_by("id").values_list("action", flat=True)) == [
         "create_key", "revoke_key", "reactivate_key"]
+
+
+def test_max_concurrent_is_set_at_issue_and_changed_with_its_range_checked(db):
+    key, _ = issue_key(actor="test", tier="free", credits=5, max_concurrent=3)
+    assert key.max_concurrent == 3
+    assert update_key(key=key, changes={"maxConcurrent": 40}, actor="test").max_concurrent == 40
+    with pytest.raises(InvalidRequest) as refused:
+        update_key(key=key, changes={"maxConcurrent": 0}, actor="test")
+    assert refused.value.param == "update.maxConcurrent"
+    assert ApiKey.objects.get(pk=key.pk).max_concurrent == 40
+
+
+def test_issue_key_command_takes_max_concurrent(db):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    out = StringIO()
+    call_command("issue_key", "--tier", "free", "--max-concurrent", "5", stdout=out)
+    assert "maxConcurrent=5" in out.getvalue()
+    assert ApiKey.objects.get().max_concurrent == 5
+    with pytest.raises(CommandError, match="maxConcurrent must be between 1 and 1000"):
+        call_command("issue_key", "--tier", "free", "--max-concurrent", "2000", stdout=StringIO())

@@ -155,8 +155,8 @@ def test_issuing_shows_the_secret_once_and_stores_only_its_digest(staff_client):
     assert f'value="{secret}"' in body and "cannot be shown again" in body
     key = ApiKey.objects.get()
     assert key.digest == digest_secret(secret)
-    assert (key.tier, key.credits, key.max_credits, key.rpm, key.rph, key.name) == (
-        "premium", 50, 200, 30, 600, "for ann")
+    assert (key.tier, key.credits, key.max_credits, key.rpm, key.rph, key.max_concurrent, key.name) == (
+        "premium", 50, 200, 30, 600, 16, "for ann")
     assert key.owner == {"platform_id": "42", "platform_username": "ann", "platform_img": "", "category": "beta"}
     entry = AuditLog.objects.get(action="create_key")
     assert (entry.actor, entry.key_id) == ("staff alice", key.pk)
@@ -178,6 +178,7 @@ def test_issuing_an_admin_key_with_default_max_credits(staff_client):
     ({"rpm": "0"}, "rpm", "rpm must be between 1 and 1000"),
     ({"rph": "10001"}, "rph", "rph must be between 1 and 10000"),
     ({"max_credits": "-1", "credits": "0"}, "max_credits", "maxCredits must be 0 or more"),
+    ({"max_concurrent": "1001"}, "max_concurrent", "maxConcurrent must be between 1 and 1000"),
     ({"tier": "gold"}, "tier", "Select a valid choice"),
     ({"credits": "many"}, "credits", "Enter a whole number"),
 ])

@@ -15,6 +15,8 @@ class Command(BaseCommand):
         parser.add_argument("--max-credits", type=int, help="credit ceiling (default: --credits)")
         parser.add_argument("--rpm", type=int, default=60, help="requests per minute (1-1000)")
         parser.add_argument("--rph", type=int, default=1000, help="requests per hour (1-10000)")
+        parser.add_argument("--max-concurrent", type=int, default=16,
+                            help="requests in flight at once, streams included (1-1000)")
         parser.add_argument("--owner-id", default="")
         parser.add_argument("--owner-username", default="")
         parser.add_argument("--owner-category", default="")
@@ -25,11 +27,11 @@ class Command(BaseCommand):
         try:
             key, secret = issue_key(
                 actor="command issue_key", tier=o["tier"], credits=o["credits"], max_credits=o["max_credits"],
-                rpm=o["rpm"], rph=o["rph"], is_admin=o["admin"], name=o["name"],
+                rpm=o["rpm"], rph=o["rph"], max_concurrent=o["max_concurrent"], is_admin=o["admin"], name=o["name"],
                 owner={"platform_id": o["owner_id"], "platform_username": o["owner_username"],
                        "category": o["owner_category"]})
         except GatewayError as exc:
             raise CommandError(exc.message) from None
         self.stdout.write(f"issued {key.prefix}… tier={key.tier} credits={key.credits}/{key.max_credits} "
-                          f"rpm={key.rpm} rph={key.rph}{' admin' if key.is_admin else ''}")
+                          f"rpm={key.rpm} rph={key.rph} maxConcurrent={key.max_concurrent}{' admin' if key.is_admin else ''}")
         self.stdout.write(secret)

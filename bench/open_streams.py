@@ -100,6 +100,8 @@ async def burst(port: int, path: str, keys: list[str], model: str, count: int, l
         for i in range(count)))
     ok = [r for r in records if r["status"] == 200 and r["done"] and not r["error"]]
     firsts = sorted(r["first_event"] for r in records if r["first_event"] is not None)
+    ends = sorted(r["end"] for r in ok)
+    events = sorted({r["events"] for r in ok})
     return {
         "streams": count,
         "completed": len(ok),
@@ -108,6 +110,10 @@ async def burst(port: int, path: str, keys: list[str], model: str, count: int, l
         "first_event_within_1s": sum(1 for t in firsts if t <= 1.0),
         "first_event_p50_s": round(firsts[len(firsts) // 2], 2) if firsts else None,
         "first_event_max_s": round(firsts[-1], 2) if firsts else None,
+        "complete_p50_s": round(ends[len(ends) // 2], 2) if ends else None,
+        "complete_max_s": round(ends[-1], 2) if ends else None,
+        # Every completed stream of a burst carries the same events when nothing was lost or added.
+        "events_per_stream": events,
         "wall_s": round(time.monotonic() - started, 1),
         "statuses": sorted({str(r["status"]) for r in records}),
         "errors": sorted({r["error"] for r in records if r["error"]}),
@@ -151,9 +157,9 @@ def run_level(port: int, path: str, keys: list[str], model: str, count: int, lim
     return result
 
 
-def measure(backend: str, workdir: Path, args, limit_seconds: float) -> list[dict]:
+def measure(backend: str, workdir: Path, args, limit_seconds: float, source: Path = harness.ROOT) -> list[dict]:
     extra_env = {"GUNICORN_THREADS": str(args.threads)} if args.threads else {}
-    gateway = harness.Gateway(backend, workdir, extra_env=extra_env)
+    gateway = harness.Gateway(backend, workdir, extra_env=extra_env, source=source)
     keys = gateway.prepare(keys=args.keys)
     workers, threads = gateway.workers_and_threads()
     gateway.start()
@@ -170,7 +176,8 @@ def measure(backend: str, workdir: Path, args, limit_seconds: float) -> list[dic
                                        sample_connections=backend == "postgres+redis" and target == "gateway")
                 finally:
                     upstream.stop()
-                result.update(backend=backend, target=target, workers=workers, threads=threads)
+                result.update(backend=backend, target=target, workers=workers, threads=threads,
+                              source="working tree" if source == harness.ROOT else source.name)
                 harness.log(json.dumps(result))
                 rows.append(result)
     finally:
@@ -189,9 +196,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="also write the raw results as JSON here")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, databases)")
     parser.add_argument("--threads", type=int, help="GUNICORN_THREADS for the gateway (default: its config's)")
+    parser.add_argument("--source", type=Path, nargs="+", default=[],
+                        help="also serve the gateway from these copies of the project (e.g. an older commit)")
     args = parser.parse_args()
-    if max(args.streams) > 2000:
-        raise SystemExit("at most 2000 streams per burst")
+    if max(args.streams) > 5000:
+        raise SystemExit("at most 5000 streams per burst")
     stream_seconds = args.chunks * args.interval
     # Long enough for queued streams to be served in a few rounds; never unbounded.
     limit_seconds = min(600.0, stream_seconds * 6 + 30)
@@ -201,20 +210,23 @@ def main() -> None:
     rows = []
     try:
         for backend in args.backends:
-            rows += measure(backend, workdir, args, limit_seconds)
+            for number, source in enumerate([Path(s).resolve() for s in args.source] + [harness.ROOT]):
+                rows += measure(backend, workdir / f"source{number}", args, limit_seconds, source)
     finally:
         harness.remove_workdir(workdir, keep=args.keep)
 
     print(f"\nopen_streams.py, {time.strftime('%Y-%m-%d %H:%M')}, each stream {args.chunks} chunks "
           f"{args.interval} s apart ({stream_seconds:.0f} s)\n")
-    print("| backend (workers×threads) | target | streams opened | held at once (client / upstream) "
-          "| first event ≤ 1 s | first event p50 / max s | completed | failed | statuses "
-          "| database connections (peak) | load |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|")
+    print("| backend (workers×threads), source | target | streams opened | held at once (client / upstream) "
+          "| first event ≤ 1 s | first event p50 / max s | complete p50 / max s | completed | events per stream "
+          "| failed | statuses | database connections (peak) | load |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---:|")
     for r in rows:
-        print(f"| {r['backend']} ({r['workers']}×{r['threads']}) | {r['target']} | {r['streams']} "
+        print(f"| {r['backend']} ({r['workers']}×{r['threads']}), {r['source']} | {r['target']} | {r['streams']} "
               f"| {r['held_at_once']} / {r['upstream_peak']} | {r['first_event_within_1s']} "
-              f"| {r['first_event_p50_s']} / {r['first_event_max_s']} | {r['completed']} | {r['failed']} "
+              f"| {r['first_event_p50_s']} / {r['first_event_max_s']} "
+              f"| {r['complete_p50_s']} / {r['complete_max_s']} | {r['completed']} "
+              f"| {', '.join(map(str, r['events_per_stream']))} | {r['failed']} "
               f"| {', '.join(r['statuses'])} | {r.get('db_connections_peak', '–')} | {r['load']:.1f} |")
     if args.out:
         args.out.write_text(json.dumps(rows, indent=2))

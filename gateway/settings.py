@@ -56,6 +56,11 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_ratelimit",
+    # Staff sign-in: failed-login lockout and two-factor devices (keys/staff_security.py, keys/two_factor.py).
+    "axes",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
+    "django_otp.plugins.otp_static",
     "utils_app",
     "keys",
     "models_catalog",
@@ -73,6 +78,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "utils_app.middleware.CsrfViewMiddleware",
     "utils_app.middleware.AuthenticationMiddleware",
+    # request.user.is_verified() and the staff two-factor rules; does nothing on API_PATH_PREFIXES.
+    "keys.two_factor.TwoFactorMiddleware",
     "utils_app.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -105,9 +112,12 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 CACHES = {"default": cache_from_url(env_str("REDIS_URL"))}
 SHARED_CACHE = bool(env_str("REDIS_URL"))
 
+# Staff passwords (createsuperuser, the password-change form): long, not the username, not a common one.
 AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 12}},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
 LANGUAGE_CODE = "en-us"
@@ -203,3 +213,49 @@ LOGGING = {
 if not DEBUG:
     SESSION_COOKIE_HTTPONLY = True
     SECURE_CONTENT_TYPE_NOSNIFF = True
+
+
+# ---- Staff accounts and deployment security
+# Decisions and the production set of variables: docs/staff-security.md.
+# Sign-in lockout (django-axes): after STAFF_LOGIN_FAILURE_LIMIT failures for one username or
+# from one client address, every sign-in for it is refused for STAFF_LOGIN_COOLOFF_MINUTES.
+STAFF_LOGIN_FAILURE_LIMIT = env_int("STAFF_LOGIN_FAILURE_LIMIT", 5, minimum=1, maximum=1000)
+STAFF_LOGIN_COOLOFF_MINUTES = env_int("STAFF_LOGIN_COOLOFF_MINUTES", 15, minimum=1, maximum=7 * 24 * 60)
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out sign-in before any password check
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = STAFF_LOGIN_FAILURE_LIMIT
+AXES_COOLOFF_TIME = STAFF_LOGIN_COOLOFF_MINUTES / 60  # hours
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one reaching the limit locks
+# A lockout ends one cool-off after it began: attempts during it are refused but not counted,
+# so a guesser cannot keep a staff member out for longer by going on.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_RESET_ON_SUCCESS = True
+# Failures are counted under the same client address as the public rate limit (utils_app/limits.py).
+AXES_CLIENT_IP_CALLABLE = "keys.staff_security.client_address"
+AXES_VERBOSE = False  # no start-up banner on every manage.py command; failures and lockouts are still logged
+# Two-factor sign-in (django-otp): superusers must enrol an authenticator app when this is on.
+STAFF_REQUIRE_2FA = env_bool("STAFF_REQUIRE_2FA", False)
+OTP_TOTP_ISSUER = "Model gateway"
+OTP_ADMIN_HIDE_SENSITIVE_DATA = True  # device secrets and recovery codes stay out of the staff UI
+# TLS: all off on the embedded default (plain http on 127.0.0.1). Behind a TLS-terminating proxy
+# that overwrites X-Forwarded-Proto, BEHIND_TLS_PROXY=1 makes such requests secure and turns the
+# HTTPS redirect and secure-only cookies on unless those are set on their own.
+BEHIND_TLS_PROXY = env_bool("BEHIND_TLS_PROXY", False)
+if BEHIND_TLS_PROXY:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", BEHIND_TLS_PROXY)
+SECURE_REDIRECT_EXEMPT = [r"^health$"]  # load balancers probe over plain http
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("SECURE_COOKIES", BEHIND_TLS_PROXY)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+SILENCED_SYSTEM_CHECKS += [
+    # W003 looks for django.middleware.csrf.CsrfViewMiddleware by name; ours is that class unchanged,
+    # only skipped on the bearer-key API paths (utils_app/middleware.py; tests/staff/test_deploy_check.py).
+    "security.W003",
+    # axes.W002 looks for AxesMiddleware, which only swaps a locked-out response for a generic page:
+    # the staff login shows the lockout itself (keys/staff_security.py), so it is not installed.
+    "axes.W002",
+]

@@ -5,6 +5,8 @@ from django.urls import include, path
 urlpatterns = [
     # Before the staff admin site: its catch-all would otherwise swallow /admin/update-key and friends.
     path("", include("keys.urls")),
+    # The staff login, password change and two-factor pages (keys/staff_urls.py) take precedence over the admin's.
+    path("admin/", include("keys.staff_urls")),
     path("admin/", admin.site.urls),
     path("", include("gateway.operation_urls")),
     path("", include("models_catalog.urls")),

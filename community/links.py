@@ -25,6 +25,9 @@ class MalformedLink(ValueError):
     """The value is neither an invite code nor a recognised invite link."""
 
 
+NOT_AN_INVITE = "'link' is not an invite link (discord.gg/CODE or discord.com/invite/CODE) or an invite code."
+
+
 def invite_code(link: str) -> str:
     """The invite code in a bare code or in any accepted link form.
 
@@ -41,18 +44,19 @@ def invite_code(link: str) -> str:
     if INVITE_CODE_RE.fullmatch(value):
         return value
 
-    parts = urlsplit(value if "://" in value else f"https://{value}")
+    try:
+        parts = urlsplit(value if "://" in value else f"https://{value}")
+    except ValueError:  # e.g. an unbalanced "[" that urlsplit reads as an IPv6 host
+        raise MalformedLink(NOT_AN_INVITE) from None
     # netloc rather than hostname: a port or user:password@ is not an invite link.
     host = parts.netloc.lower().removeprefix("www.")
     if parts.scheme.lower() not in ("http", "https") or host not in INVITE_HOSTS:
-        raise MalformedLink("'link' is not an invite link (discord.gg/CODE or discord.com/invite/CODE) "
-                            "or an invite code.")
+        raise MalformedLink(NOT_AN_INVITE)
     path = parts.path[:-1] if parts.path.endswith("/") else parts.path
     segments = path.split("/")[1:]
     expected = INVITE_HOSTS[host]
     if len(segments) != len(expected) + 1 or tuple(segment.lower() for segment in segments[:-1]) != expected:
-        raise MalformedLink("'link' is not an invite link (discord.gg/CODE or discord.com/invite/CODE) "
-                            "or an invite code.")
+        raise MalformedLink(NOT_AN_INVITE)
     code = segments[-1]
     if not INVITE_CODE_RE.fullmatch(code):
         raise MalformedLink("The invite code in 'link' may only contain letters, digits and hyphens "

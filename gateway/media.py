@@ -11,6 +11,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from django.conf import settings
 
@@ -59,6 +60,23 @@ def locate(name: str) -> tuple[Path, str] | None:
     if not path.is_file():
         return None
     return path, CONTENT_TYPES[name.rsplit(".", 1)[1]]
+
+
+def open_file(name: str) -> tuple[BinaryIO, str] | None:
+    """The stored file opened for reading, with its content type; None when there is no such file.
+
+    purge_media may delete a file between locate() and open(): a file that is gone
+    by then is simply not there (a 404, not a 500). Once open, it stays readable to
+    the end even if it is deleted meanwhile.
+    """
+    found = locate(name)
+    if found is None:
+        return None
+    path, content_type = found
+    try:
+        return path.open("rb"), content_type
+    except (FileNotFoundError, IsADirectoryError):
+        return None
 
 
 @dataclass(frozen=True)

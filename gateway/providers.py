@@ -13,24 +13,35 @@ Failures are raised as gateway errors the pipeline understands:
 ``UpstreamRejected`` (the upstream said the request is bad: passed on, no
 fallback), ``UpstreamError`` (502, the next provider is tried) and
 ``UpstreamTimeout`` (504, the next provider is tried).
+
+Nothing an upstream sends is trusted (docs/hardening.md): a body is read whole
+only up to UPSTREAM_MAX_BYTES, a call ends at the provider's ``timeout`` however
+slowly the bytes drip, a stream ends after STREAM_MAX_SECONDS, an answer of the
+wrong shape is a 502, and an image URL is fetched only from the provider's own
+host or from a public address.
 """
 import base64
+import ipaddress
 import json
 import logging
 import os
+import socket
 import struct
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from urllib.parse import urljoin, urlsplit
 
 import requests
+from django.conf import settings
 from requests.adapters import HTTPAdapter
 from urllib3.exceptions import ProtocolError, ReadTimeoutError
 
 from gateway import local_models
 from gateway.serializers import IMAGE_DEFAULTS, SPEECH_DEFAULTS, image_dimensions
+from models_catalog.catalog import secret_env_allowed
 from models_catalog.models import Provider
 from utils_app.errors import GatewayError, UpstreamError
 
@@ -38,16 +49,23 @@ log = logging.getLogger("gateway.upstream")
 
 # Upstream 4xx messages are passed on to the client; they are cut to this length.
 MAX_UPSTREAM_MESSAGE = 2000
-# An image handed out by URL is fetched and stored by the gateway; larger ones are refused.
-MAX_FETCHED_IMAGE_BYTES = 50 * 1024 * 1024
+# Of an upstream's error answer only the message is used: more than this is not read.
+MAX_ERROR_BODY = 64 * 1024
 # One pooled connection per thread of a gunicorn worker is enough (gateway/gunicorn_conf.py).
 POOL_SIZE = 64
 CONNECT_TIMEOUT = 10.0
+# Hops followed when fetching an image the upstream handed out by URL.
+MAX_IMAGE_REDIRECTS = 5
+READ_BLOCK = 65536
 
 
 class UpstreamTimeout(UpstreamError):
     status = 504
     code = "upstream_timeout"
+
+
+class StreamTooLong(UpstreamTimeout):
+    """A stream that outlived STREAM_MAX_SECONDS, ended by the gateway however lively it was."""
 
 
 class UpstreamRejected(GatewayError):
@@ -101,6 +119,43 @@ class ChunkStream:
 
 # ---------------------------------------------------------------- HTTP upstreams
 
+class Deadline:
+    """The time one upstream call has left: its whole budget, not a wait per read."""
+
+    def __init__(self, seconds: float):
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+    def timeouts(self) -> tuple[float, float]:
+        """(connect, read) timeouts for starting a request now."""
+        left = max(self.left(), 0.001)
+        return min(CONNECT_TIMEOUT, left), left
+
+
+def _wait_at_most(response: requests.Response, seconds: float) -> None:
+    """Make the next read on the response's socket give up after ``seconds``.
+
+    requests sets one timeout per read when the request starts; a body dripping a
+    byte just inside it would never time out. Narrowing the socket's timeout before
+    each read to the time left is what makes the budget a budget.
+    """
+    connection = getattr(response.raw, "connection", None)
+    sock = getattr(connection, "sock", None)
+    if sock is not None:
+        sock.settimeout(max(seconds, 0.001))
+
+
+@dataclass(frozen=True)
+class Reply:
+    """An upstream's whole answer, read within the size cap and the call's deadline."""
+
+    status: int
+    headers: Mapping[str, str]
+    content: bytes
+
+
 _sessions: dict[tuple[str, str], requests.Session] = {}
 _sessions_lock = threading.Lock()
 
@@ -147,6 +202,11 @@ class HttpProvider:
         variable = self.provider.api_key_env
         if not variable:
             return ""  # an upstream without authentication (a local OpenAI-compatible server)
+        if not secret_env_allowed(variable):
+            # Only variables meant for upstream secrets are ever read and sent (docs/hardening.md).
+            log.error("provider %s names %s, which may not hold an upstream secret", self.name, variable)
+            raise UpstreamError(f"The upstream provider '{self.name}' is not configured on this gateway "
+                                f"({variable} is not an allowed secret variable).")
         secret = os.environ.get(variable, "").strip()
         if not secret:
             # Fail before any network traffic: without the secret the call cannot succeed.
@@ -161,7 +221,26 @@ class HttpProvider:
                 message = message.replace(needle, "[upstream]")
         return message[:MAX_UPSTREAM_MESSAGE]
 
-    def _post(self, path: str, payload: dict, *, stream: bool = False) -> requests.Response:
+    def _post(self, path: str, payload: dict, deadline: Deadline) -> Reply:
+        """POST and read the whole answer within the deadline and the size cap."""
+        response, secret = self._send(path, payload, deadline, stream=False)
+        with response:
+            if response.status_code >= 400:
+                raise self._status_error(response.status_code, response.headers,
+                                         self._error_body(response, deadline), secret)
+            return Reply(response.status_code, response.headers, self._read(response, deadline))
+
+    def _open_stream(self, path: str, payload: dict) -> requests.Response:
+        """POST for an event stream; the caller reads it as it arrives."""
+        deadline = Deadline(self.provider.timeout)
+        response, secret = self._send(path, payload, deadline, stream=True)
+        if response.status_code >= 400:
+            with response:
+                raise self._status_error(response.status_code, response.headers,
+                                         self._error_body(response, deadline), secret)
+        return response
+
+    def _send(self, path: str, payload: dict, deadline: Deadline, *, stream: bool):
         secret = self._secret()
         headers = {"Content-Type": "application/json"}
         if secret:
@@ -169,32 +248,66 @@ class HttpProvider:
         if stream:
             # A compressed event stream would sit in the decompressor instead of flowing.
             headers.update({"Accept": "text/event-stream", "Accept-Encoding": "identity"})
-        timeout = self.provider.timeout
         try:
+            # stream=True either way: the body is read here, by _read, under the size cap.
             response = _session(self.provider).post(
                 self.provider.base_url + path, data=json.dumps(payload), headers=headers,
-                timeout=(min(CONNECT_TIMEOUT, timeout), timeout), stream=stream)
+                timeout=deadline.timeouts(), stream=True)
         except requests.RequestException as exc:
             raise self._transport_error(exc) from None
-        if response.status_code >= 400:
-            try:
-                raise self._status_error(response, secret)
-            finally:
-                response.close()
-        return response
+        return response, secret
+
+    def _read(self, response: requests.Response, deadline: Deadline, limit: int | None = None) -> bytes:
+        """The whole body, or a 502 past ``limit`` bytes (decompressed) and a 504 past the deadline.
+
+        read1, one receive at a time: a plain read(n) keeps receiving until it has n
+        bytes, each receive with a fresh timeout, so a drip would never reach the check.
+        """
+        limit = settings.UPSTREAM_MAX_BYTES if limit is None else limit
+        declared = response.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise self._too_large(limit)
+        parts, size = [], 0
+        try:
+            while True:
+                _wait_at_most(response, deadline.left())
+                block = response.raw.read1(READ_BLOCK, decode_content=True)
+                if not block:
+                    return b"".join(parts)
+                size += len(block)
+                if size > limit:
+                    raise self._too_large(limit)
+                parts.append(block)
+                if deadline.left() <= 0:
+                    raise self._timed_out()
+        except (requests.RequestException, ReadTimeoutError, ProtocolError, OSError) as exc:
+            raise self._transport_error(exc) from None
+
+    def _error_body(self, response: requests.Response, deadline: Deadline) -> bytes:
+        """As much of an error answer as is worth reading; nothing when it is too large or too slow."""
+        try:
+            return self._read(response, deadline, limit=MAX_ERROR_BODY)
+        except UpstreamError:
+            return b""
+
+    def _too_large(self, limit: int) -> UpstreamError:
+        log.warning("upstream %s sent more than %s bytes", self.name, limit)
+        return UpstreamError(f"The upstream provider '{self.name}' sent an answer larger than {limit} bytes.")
+
+    def _timed_out(self) -> UpstreamTimeout:
+        log.warning("upstream %s timed out after %ss", self.name, self.provider.timeout)
+        return UpstreamTimeout(f"The upstream provider '{self.name}' did not answer within "
+                               f"{self.provider.timeout:g} seconds.")
 
     def _transport_error(self, exc: BaseException) -> UpstreamError:
-        if _is_timeout(exc):
-            log.warning("upstream %s timed out after %ss", self.name, self.provider.timeout)
-            return UpstreamTimeout(f"The upstream provider '{self.name}' did not answer within "
-                                   f"{self.provider.timeout:g} seconds.")
+        if _is_timeout(exc) or isinstance(exc, socket.timeout):
+            return self._timed_out()
         log.warning("upstream %s unreachable: %s", self.name, exc.__class__.__name__)
         return UpstreamError(f"The upstream provider '{self.name}' could not be reached.")
 
-    def _status_error(self, response: requests.Response, secret: str) -> GatewayError:
-        status = response.status_code
+    def _status_error(self, status: int, headers: Mapping[str, str], content: bytes, secret: str) -> GatewayError:
         try:
-            error = response.json().get("error")
+            error = json.loads(content).get("error")
         except Exception:  # an HTML error page or garbage: only the status is usable
             error = None
         if not isinstance(error, dict):
@@ -214,30 +327,34 @@ class HttpProvider:
         if status == 429:
             # The upstream's own rate limit: worth trying a fallback, so it is an UpstreamError
             # that keeps the upstream's status when it is the last word.
-            headers = {"Retry-After": response.headers["Retry-After"]} if "Retry-After" in response.headers else {}
+            retry = {"Retry-After": headers["Retry-After"]} if "Retry-After" in headers else {}
             return UpstreamError(text, status=429, type="invalid_request_error", code=code, param=param,
-                                 headers=headers)
+                                 headers=retry)
         return UpstreamRejected(text, status=status, code=code, param=param)
 
-    def _json(self, response: requests.Response) -> dict:
+    def _json(self, reply: Reply) -> dict:
         try:
-            body = response.json()
-        except ValueError:  # requests' JSONDecodeError is a ValueError
+            body = json.loads(reply.content)
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested beyond reason
             body = None
         if not isinstance(body, dict):
-            raise UpstreamError(f"The upstream provider '{self.name}' sent a malformed response.")
+            raise self._malformed("response")
         return body
+
+    def _malformed(self, what: str) -> UpstreamError:
+        log.warning("upstream %s sent a malformed %s", self.name, what)
+        return UpstreamError(f"The upstream provider '{self.name}' sent a malformed {what}.")
 
     # -- operations
 
     def chat(self, payload: dict) -> dict:
-        body = self._json(self._post("/chat/completions", payload))
-        if not isinstance(body.get("choices"), list):
-            raise UpstreamError(f"The upstream provider '{self.name}' sent a malformed completion.")
+        body = self._json(self._post("/chat/completions", payload, Deadline(self.provider.timeout)))
+        if not _is_completion(body):
+            raise self._malformed("completion")
         return body
 
     def chat_stream(self, payload: dict) -> ChunkStream:
-        response = self._post("/chat/completions", payload, stream=True)
+        response = self._open_stream("/chat/completions", payload)
         return ChunkStream(self._chunks(response), response.close)
 
     def _chunks(self, response: requests.Response) -> Iterator[dict]:
@@ -246,10 +363,10 @@ class HttpProvider:
                 return
             try:
                 chunk = json.loads(data)
-            except ValueError:
-                raise UpstreamError(f"The upstream provider '{self.name}' sent a malformed stream event.") from None
-            if not isinstance(chunk, dict):
-                raise UpstreamError(f"The upstream provider '{self.name}' sent a malformed stream event.")
+            except (ValueError, RecursionError):
+                raise self._malformed("stream event") from None
+            if not isinstance(chunk, dict) or not isinstance(chunk.get("choices") or [], list):
+                raise self._malformed("stream event")
             if chunk.get("error"):
                 error = chunk["error"]
                 detail = error.get("message") if isinstance(error, dict) else str(error)
@@ -263,17 +380,30 @@ class HttpProvider:
 
         read1 returns whatever bytes have arrived (up to 64 KiB) instead of waiting
         for a full buffer, for chunked and close-delimited bodies alike: this is what
-        keeps the relay chunk by chunk.
+        keeps the relay chunk by chunk. Each read waits at most the provider's timeout
+        (a silent upstream) and never past STREAM_MAX_SECONDS from the start; one event
+        may not grow past UPSTREAM_MAX_BYTES.
         """
+        ends = time.monotonic() + settings.STREAM_MAX_SECONDS
         buffer = b""
         data: list[str] = []
+        pending = 0  # bytes of the event being assembled
         while True:
+            left = ends - time.monotonic()
+            if left <= 0:
+                raise self._stream_too_long()
+            _wait_at_most(response, min(self.provider.timeout, left))
             try:
-                block = response.raw.read1(65536)
+                block = response.raw.read1(READ_BLOCK)
             except (ReadTimeoutError, ProtocolError, OSError, requests.RequestException) as exc:
+                if ends - time.monotonic() <= 0:
+                    raise self._stream_too_long() from None
                 raise self._transport_error(exc) from None
             if not block:
                 break
+            pending += len(block)
+            if pending > settings.UPSTREAM_MAX_BYTES:
+                raise self._too_large(settings.UPSTREAM_MAX_BYTES)
             *lines, buffer = (buffer + block).split(b"\n")
             for line in lines:
                 line = line.rstrip(b"\r")
@@ -281,6 +411,7 @@ class HttpProvider:
                     if data:
                         yield "\n".join(data)
                         data = []
+                    pending = len(buffer)
                 elif line.startswith(b"data:"):
                     value = line[5:]
                     data.append((value[1:] if value.startswith(b" ") else value).decode("utf-8", "replace"))
@@ -289,8 +420,14 @@ class HttpProvider:
         if data:
             yield "\n".join(data)
 
+    def _stream_too_long(self) -> StreamTooLong:
+        log.warning("stream from upstream %s ended after STREAM_MAX_SECONDS", self.name)
+        return StreamTooLong(f"The stream was ended after {settings.STREAM_MAX_SECONDS:g} seconds, the longest "
+                             f"this gateway relays one.")
+
     def images(self, payload: dict) -> list[Image]:
-        body = self._json(self._post("/images/generations", payload))
+        deadline = Deadline(self.provider.timeout)  # the fetches of image URLs included
+        body = self._json(self._post("/images/generations", payload, deadline))
         items = body.get("data")
         if not isinstance(items, list) or not items:
             raise UpstreamError(f"The upstream provider '{self.name}' sent no images.")
@@ -306,50 +443,119 @@ class HttpProvider:
                     raise UpstreamError(f"The upstream provider '{self.name}' sent a malformed image.") from None
                 images.append(Image(content, _image_type(content), revised))
             elif isinstance(item.get("url"), str):
-                content, content_type = self._fetch_image(item["url"])
+                content, content_type = self._fetch_image(item["url"], deadline)
                 images.append(Image(content, content_type, revised))
             else:
                 raise UpstreamError(f"The upstream provider '{self.name}' sent an image without data.")
         return images
 
-    def _fetch_image(self, url: str) -> tuple[bytes, str]:
+    def _fetch_image(self, url: str, deadline: Deadline) -> tuple[bytes, str]:
         """Download an image the upstream handed out by URL, so the URL the client gets is ours.
 
         No Authorization header goes with it: the image may live on a third-party host.
+        Redirects are followed by hand, each hop checked like the first (_check_image_url).
         """
-        if not url.startswith(("https://", "http://")):
-            raise UpstreamError(f"The upstream provider '{self.name}' sent an unusable image URL.")
-        try:
-            with _session(self.provider).get(url, timeout=(CONNECT_TIMEOUT, self.provider.timeout),
-                                             stream=True) as response:
+        for _ in range(MAX_IMAGE_REDIRECTS + 1):
+            self._check_image_url(url)
+            try:
+                response = _session(self.provider).get(url, timeout=deadline.timeouts(), stream=True,
+                                                       allow_redirects=False)
+            except requests.RequestException as exc:
+                raise self._transport_error(exc) from None
+            with response:
+                if response.is_redirect:
+                    url = urljoin(url, response.headers["Location"])
+                    continue
                 if response.status_code != 200:
                     raise UpstreamError(f"The image from provider '{self.name}' could not be fetched "
                                         f"(HTTP {response.status_code}).")
-                parts, size = [], 0
-                for part in response.iter_content(65536):
-                    size += len(part)
-                    if size > MAX_FETCHED_IMAGE_BYTES:
-                        raise UpstreamError(f"The image from provider '{self.name}' is too large.")
-                    parts.append(part)
-        except requests.RequestException as exc:
-            raise self._transport_error(exc) from None
-        content = b"".join(parts)
-        return content, _image_type(content)
+                content = self._read(response, deadline)
+            return content, _image_type(content)
+        raise UpstreamError(f"The image from provider '{self.name}' redirected more than {MAX_IMAGE_REDIRECTS} times.")
+
+    def _check_image_url(self, url: str) -> None:
+        """Refuse an image URL that would make the gateway fetch from inside its own network.
+
+        The upstream chooses the URL (and every redirect), so without this check it could
+        aim the gateway at a loopback or private address. The provider's own host is
+        trusted like the provider itself (a self-hosted upstream may live on one).
+        """
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise UpstreamError(f"The upstream provider '{self.name}' sent an unusable image URL.")
+        if _origin(parts) == _origin(urlsplit(self.provider.base_url)):
+            return
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            addresses = {info[4][0] for info in socket.getaddrinfo(parts.hostname, port, proto=socket.IPPROTO_TCP)}
+        except (OSError, ValueError, UnicodeError):
+            raise UpstreamError(f"The image host of provider '{self.name}' could not be resolved.") from None
+        if not all(_is_public(address) for address in addresses):
+            log.warning("upstream %s pointed an image at a non-public address", self.name)
+            raise UpstreamError(f"The upstream provider '{self.name}' pointed an image at an address this gateway "
+                                f"does not fetch from.")
 
     def speech(self, payload: dict) -> Audio:
-        response = self._post("/audio/speech", payload)
+        response = self._post("/audio/speech", payload, Deadline(self.provider.timeout))
         content_type = response.headers.get("Content-Type", "").split(";")[0].strip() or "application/octet-stream"
-        content = response.content  # already loaded (and timed) by _post
+        content = response.content
         if not content or content_type == "application/json":
             raise UpstreamError(f"The upstream provider '{self.name}' sent no audio.")
         return Audio(content, content_type, payload.get("response_format", SPEECH_DEFAULTS["response_format"]))
 
     def embeddings(self, payload: dict) -> dict:
-        body = self._json(self._post("/embeddings", payload))
-        data = body.get("data")
-        if not isinstance(data, list) or not all(isinstance(item, dict) and "embedding" in item for item in data):
-            raise UpstreamError(f"The upstream provider '{self.name}' sent malformed embeddings.")
+        body = self._json(self._post("/embeddings", payload, Deadline(self.provider.timeout)))
+        if not _is_embedding_list(body):
+            raise self._malformed("list of embeddings")
         return body
+
+
+def _is_completion(body: dict) -> bool:
+    """A chat.completion the gateway can read: choices are objects, a message is an object,
+    its content a string, null or a list of content-part objects."""
+    choices = body.get("choices")
+    if not isinstance(choices, list):
+        return False
+    for choice in choices:
+        if not isinstance(choice, dict):
+            return False
+        message = choice.get("message")
+        if message is None:
+            continue
+        if not isinstance(message, dict):
+            return False
+        content = message.get("content")
+        if not (content is None or isinstance(content, str)
+                or isinstance(content, list) and all(isinstance(part, dict) for part in content)):
+            return False
+    return True
+
+
+def _is_embedding_list(body: dict) -> bool:
+    """OpenAI's list of embeddings: objects with a vector (or its base64) and, if any, an integer index."""
+    data = body.get("data")
+    return isinstance(data, list) and all(
+        isinstance(item, dict) and isinstance(item.get("embedding"), (list, str))
+        and (type(item.get("index", 0)) is int) for item in data)
+
+
+def _origin(parts) -> tuple:
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return (parts.scheme, (parts.hostname or "").lower(), port or (443 if parts.scheme == "https" else 80))
+
+
+def _is_public(address: str) -> bool:
+    """Whether an IP address is on the public internet (not loopback, private, link-local, reserved…)."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone index is not part of the address
+    except ValueError:
+        return False
+    if getattr(ip, "ipv4_mapped", None):
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
 
 
 def _image_type(content: bytes) -> str:

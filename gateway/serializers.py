@@ -10,9 +10,17 @@ strict fields and the strict base are utils_app.serializers, shared with the adm
 Request serializers return only what the client sent plus the documented
 defaults; ``validated()`` also returns ``sent``, the members the client named, so
 the upstream receives exactly those and keeps its own defaults for the rest.
+
+The OpenAPI schema of each request is exact: what it calls valid is accepted and
+what it calls invalid is refused. Rules across members are stated with
+``schema_rules`` (utils_app.schema) next to the code that enforces them; the
+caps that come from settings (MAX_CHAT_N, MAX_CHAT_MESSAGES,
+MAX_EMBEDDING_INPUTS) are read once, when the schema and the fields are built.
 """
 import re
 
+from django.conf import settings
+from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail, ValidationError
@@ -36,20 +44,33 @@ IMAGE_QUALITIES = ("standard", "hd", "ultra_hd", "clarity")
 IMAGE_FORMATS = ("url", "b64_json")
 IMAGE_STYLES = ("vivid", "natural")
 IMAGE_SIDE = (64, 4096)
-IMAGE_SIZE_RE = re.compile(r"^(\d+)x(\d+)$")
+# WIDTHxHEIGHT, each side 64 to 4096 in ASCII digits (leading zeros allowed, as int() reads them).
+# \Z, not $: Python's $ would also accept a trailing newline. drf-spectacular writes \Z as $.
+_IMAGE_SIDE_RE = r"0*(6[4-9]|[7-9][0-9]|[1-9][0-9]{2}|[1-3][0-9]{3}|40[0-8][0-9]|409[0-6])"
+IMAGE_SIZE_RE = re.compile(rf"^{_IMAGE_SIDE_RE}x{_IMAGE_SIDE_RE}\Z")
 IMAGE_DEFAULTS = {"n": 1, "size": "1024x1024", "quality": "standard", "response_format": "url", "style": "vivid"}
 SPEECH_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 SPEECH_DEFAULTS = {"response_format": "mp3", "speed": 1.0}
 SPEECH_SPEED = (0.25, 4.0)
 SPEECH_INPUT_MAX = 4096
 EMBEDDING_FORMATS = ("float", "base64")
-EMBEDDING_BATCH_MAX = 2048
+
+
+def _anything_but(*values) -> dict:
+    return {"not": {"enum": list(values)}}
 
 
 # ---------------------------------------------------------------- chat
 
-@extend_schema_field({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}],
-                      "nullable": True})
+CONTENT_PART = {
+    "type": "object", "required": ["type"], "properties": {"type": {"type": "string"}},
+    "anyOf": [{"properties": {"type": _anything_but("text")}},
+              {"required": ["text"], "properties": {"text": {"type": "string"}}}],
+}
+CONTENT = {"oneOf": [{"type": "string"}, {"type": "array", "items": CONTENT_PART}]}
+
+
+@extend_schema_field({**CONTENT, "nullable": True})
 class MessageContent(serializers.Field):
     """A string, or an array of content parts (objects with a string ``type``)."""
 
@@ -89,7 +110,22 @@ class ToolCall(serializers.Serializer):
 
 
 class ChatMessage(serializers.Serializer):
-    """One message. Members other than these are not forwarded (the SDK's message dumps carry extras)."""
+    """One message. Members other than these are not forwarded (the SDK's message dumps carry extras).
+
+    content may be null or left out only on an assistant message with tool_calls or a
+    function_call; a tool message needs tool_call_id.
+    """
+
+    schema_rules = {"anyOf": [
+        {"required": ["content"], "properties": {"role": {"enum": ["system", "user", "assistant"]},
+                                                 "content": CONTENT}},
+        {"required": ["content", "tool_call_id"], "properties": {
+            "role": {"enum": ["tool"]}, "content": CONTENT, "tool_call_id": {"type": "string", "minLength": 1}}},
+        {"required": ["tool_calls"], "properties": {"role": {"enum": ["assistant"]},
+                                                    "tool_calls": {"type": "array", "minItems": 1}}},
+        {"required": ["function_call"], "properties": {"role": {"enum": ["assistant"]},
+                                                       "function_call": {"type": "object", "minProperties": 1}}},
+    ]}
 
     role = StrictChoiceField(choices=CHAT_ROLES)
     content = MessageContent(required=False)
@@ -111,7 +147,8 @@ class ChatMessage(serializers.Serializer):
         return {name: value for name, value in attrs.items() if value is not None or name == "content"}
 
 
-@extend_schema_field({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]})
+@extend_schema_field({"oneOf": [{"type": "string"},
+                                {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 4}]})
 class StopSequences(serializers.Field):
     def to_internal_value(self, data):
         if isinstance(data, str):
@@ -125,6 +162,14 @@ class StopSequences(serializers.Field):
 
 
 class Tool(serializers.Serializer):
+    """A tool; one of type "function" needs a function with a non-empty string name."""
+
+    schema_rules = {"anyOf": [
+        {"properties": {"type": _anything_but("function")}},
+        {"required": ["function"], "properties": {"function": {
+            "type": "object", "required": ["name"], "properties": {"name": {"type": "string", "minLength": 1}}}}},
+    ]}
+
     type = StrictCharField(max_length=40)
     function = optional(StrictJsonObjectField)
 
@@ -159,7 +204,7 @@ class StreamOptions(serializers.Serializer):
         return data
 
 
-@extend_schema_field({"type": "object", "additionalProperties": {"type": "number"}})
+@extend_schema_field({"type": "object", "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100}})
 class LogitBias(serializers.Field):
     def to_internal_value(self, data):
         if not isinstance(data, dict):
@@ -173,12 +218,29 @@ class LogitBias(serializers.Field):
         return value
 
 
+@extend_schema_field({"type": "object", "required": ["type"], "properties": {"type": {"type": "string"}}})
+class ResponseFormat(StrictJsonObjectField):
+    """An object with a string ``type`` (text, json_object, json_schema…), passed on whole."""
+
+    def to_internal_value(self, data):
+        data = super().to_internal_value(data)
+        if not isinstance(data.get("type"), str):
+            raise ValidationError({"type": [ErrorDetail("A string type is required.", code="required")]})
+        return data
+
+
 class ChatCompletionRequest(StrictSerializer):
     """The OpenAI chat parameters the gateway validates and forwards; any other member is refused
-    with unknown_parameter."""
+    with unknown_parameter. stream_options only goes with stream: true."""
+
+    schema_rules = {**StrictSerializer.schema_rules, "anyOf": [
+        {"required": ["stream"], "properties": {"stream": {"enum": [True]}}},
+        {"properties": {"stream_options": {"not": {"type": "object"}}}},  # so null or left out
+    ]}
 
     model = StrictCharField(max_length=MODEL_ID_MAX)
-    messages = serializers.ListField(child=ChatMessage(), allow_empty=False)
+    # Each message is work for the upstream and for the token estimate: a request carries at most MAX_CHAT_MESSAGES.
+    messages = serializers.ListField(child=ChatMessage(), min_length=1, max_length=settings.MAX_CHAT_MESSAGES)
     stream = optional(StrictBooleanField, default=False)
     stream_options = optional(StreamOptions)
     temperature = optional(StrictFloatField, min_value=0, max_value=2)
@@ -188,10 +250,11 @@ class ChatCompletionRequest(StrictSerializer):
     stop = optional(StopSequences)
     tools = optional(serializers.ListField, child=Tool(), max_length=128)
     tool_choice = optional(ToolChoice)
-    response_format = optional(StrictJsonObjectField)
+    response_format = optional(ResponseFormat)
     seed = optional(StrictIntegerField)
     user = optional(StrictCharField, max_length=256)
-    n = optional(StrictIntegerField, min_value=1, max_value=128)
+    # Each choice is a full completion the upstream bills: one request may ask for at most MAX_CHAT_N.
+    n = optional(StrictIntegerField, min_value=1, max_value=settings.MAX_CHAT_N)
     presence_penalty = optional(StrictFloatField, min_value=-2, max_value=2)
     frequency_penalty = optional(StrictFloatField, min_value=-2, max_value=2)
     logit_bias = optional(LogitBias)
@@ -203,10 +266,6 @@ class ChatCompletionRequest(StrictSerializer):
         if attrs.get("stream_options") is not None and not attrs.get("stream"):
             raise ValidationError({"stream_options": [ErrorDetail("stream_options is only allowed with stream: true.",
                                                                   code="invalid")]})
-        format_ = attrs.get("response_format")
-        if format_ is not None and not isinstance(format_.get("type"), str):
-            raise ValidationError({"response_format": {"type": [ErrorDetail("A string type is required.",
-                                                                            code="required")]}})
         return attrs
 
 
@@ -218,20 +277,13 @@ class ImageGenerationRequest(StrictSerializer):
     model = StrictCharField(max_length=MODEL_ID_MAX)
     prompt = StrictCharField(max_length=32000)
     n = optional(StrictIntegerField, min_value=1, max_value=10, default=IMAGE_DEFAULTS["n"])
-    size = optional(StrictCharField, max_length=20, default=IMAGE_DEFAULTS["size"])
+    size = optional(StrictCharField, max_length=20, default=IMAGE_DEFAULTS["size"], validators=[RegexValidator(
+        IMAGE_SIZE_RE, message=f"Must look like WIDTHxHEIGHT, e.g. 1024x1024, each side from {IMAGE_SIDE[0]} to "
+                               f"{IMAGE_SIDE[1]} pixels.")])
     quality = optional(StrictChoiceField, choices=IMAGE_QUALITIES, default=IMAGE_DEFAULTS["quality"])
     response_format = optional(StrictChoiceField, choices=IMAGE_FORMATS, default=IMAGE_DEFAULTS["response_format"])
     style = optional(StrictChoiceField, choices=IMAGE_STYLES, default=IMAGE_DEFAULTS["style"])
     user = optional(StrictCharField, max_length=256)
-
-    def validate_size(self, value):
-        match = IMAGE_SIZE_RE.match(value)
-        if not match:
-            fail("Must look like WIDTHxHEIGHT, e.g. 1024x1024.")
-        low, high = IMAGE_SIDE
-        if not all(low <= int(side) <= high for side in match.groups()):
-            fail(f"Each side must be between {low} and {high} pixels.")
-        return value
 
     def to_internal_value(self, data):
         # Defaults of optional members apply when they are absent or null.
@@ -245,7 +297,10 @@ def image_dimensions(size: str) -> tuple[int, int]:
 
 # ---------------------------------------------------------------- speech
 
-@extend_schema_field({"oneOf": [{"type": "string"}, {"type": "object", "properties": {"id": {"type": "string"}}}]})
+@extend_schema_field({"oneOf": [
+    {"type": "string", "minLength": 1, "maxLength": 64},
+    {"type": "object", "required": ["id"], "properties": {"id": {"type": "string", "minLength": 1, "maxLength": 200}}},
+]})
 class Voice(serializers.Field):
     """A voice name, or ``{"id": ...}`` for a custom voice (as the OpenAI SDK allows)."""
 
@@ -277,7 +332,11 @@ class SpeechRequest(StrictSerializer):
 
 # ---------------------------------------------------------------- embeddings
 
-@extend_schema_field({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]})
+@extend_schema_field({"oneOf": [
+    {"type": "string", "minLength": 1},
+    {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1,
+     "maxItems": settings.MAX_EMBEDDING_INPUTS},
+]})
 class EmbeddingInput(serializers.Field):
     def to_internal_value(self, data):
         if isinstance(data, str):
@@ -286,8 +345,8 @@ class EmbeddingInput(serializers.Field):
             return data
         if not isinstance(data, list) or not data:
             fail("Must be a string or a non-empty array of strings.")
-        if len(data) > EMBEDDING_BATCH_MAX:
-            fail(f"At most {EMBEDDING_BATCH_MAX} inputs per request.")
+        if len(data) > settings.MAX_EMBEDDING_INPUTS:
+            fail(f"At most {settings.MAX_EMBEDDING_INPUTS} inputs per request.")
         errors = {index: [ErrorDetail("Must be a non-empty string.", code="invalid")]
                   for index, item in enumerate(data) if not isinstance(item, str) or not item}
         if errors:
@@ -299,13 +358,28 @@ class EmbeddingInput(serializers.Field):
 
 
 class EmbeddingsRequest(StrictSerializer):
-    """Embeddings of a string or an array of strings; any member not listed is refused with unknown_parameter."""
+    """Embeddings of a string or an array of strings; any member not listed is refused with unknown_parameter.
+
+    With ``dimensions``, the number of inputs times the dimensions may be at most MAX_EMBEDDING_VALUES.
+    """
 
     model = StrictCharField(max_length=MODEL_ID_MAX)
     input = EmbeddingInput()
     encoding_format = optional(StrictChoiceField, choices=EMBEDDING_FORMATS, default="float")
     dimensions = optional(StrictIntegerField, min_value=1, max_value=MAX_EMBEDDING_DIMENSIONS)
     user = optional(StrictCharField, max_length=256)
+
+    def validate(self, attrs):
+        # Every value is computed, sent back as JSON and, on the local model, done in this process:
+        # one cheap request must not ask for millions of them.
+        inputs = len(attrs["input"]) if isinstance(attrs["input"], list) else 1
+        dimensions = attrs.get("dimensions")
+        if dimensions is not None and inputs * dimensions > settings.MAX_EMBEDDING_VALUES:
+            raise ValidationError({"input": [ErrorDetail(
+                f"{inputs} inputs of {dimensions} dimensions is {inputs * dimensions} values; one request may ask "
+                f"for at most {settings.MAX_EMBEDDING_VALUES}. Send fewer inputs or fewer dimensions.",
+                code="invalid")]})
+        return attrs
 
     def to_internal_value(self, data):
         return {"encoding_format": "float", **super().to_internal_value(data)}

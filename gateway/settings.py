@@ -259,3 +259,21 @@ SILENCED_SYSTEM_CHECKS += [
     # the staff login shows the lockout itself (keys/staff_security.py), so it is not installed.
     "axes.W002",
 ]
+
+# ---- Request hardening (docs/hardening.md): caps on what one request may cost or carry,
+# bounds on every upstream call, who may set the client address, which secrets providers may name.
+from utils_app.env import env_names, env_networks  # noqa: E402
+
+# Proxies whose X-Forwarded-For is believed: the client is the right-most entry that is not one of them.
+TRUSTED_PROXIES = env_networks("TRUSTED_PROXIES")
+MAX_CHAT_N = env_int("MAX_CHAT_N", 8, minimum=1, maximum=128)
+MAX_CHAT_MESSAGES = env_int("MAX_CHAT_MESSAGES", 2048, minimum=1)
+MAX_EMBEDDING_INPUTS = env_int("MAX_EMBEDDING_INPUTS", 2048, minimum=1, maximum=2048)
+# Inputs x dimensions of one embeddings request (floats computed and sent back).
+MAX_EMBEDDING_VALUES = env_int("MAX_EMBEDDING_VALUES", 1024 * 1024, minimum=4096)
+# Largest upstream body read into memory (JSON answers, audio, fetched images, one stream event).
+UPSTREAM_MAX_BYTES = env_int("UPSTREAM_MAX_BYTES", 32 * 1024 * 1024, minimum=64 * 1024)
+# A streamed answer is ended with the contract's error event after this long, however lively.
+STREAM_MAX_SECONDS = env_float("STREAM_MAX_SECONDS", 600.0, minimum=1.0)
+# Environment variables a provider may name as its secret, besides any GATEWAY_UPSTREAM_* name.
+UPSTREAM_SECRET_ENV_ALLOW = env_names("UPSTREAM_SECRET_ENV_ALLOW", "OPENAI_API_KEY")

@@ -179,11 +179,11 @@ def serve_media(request, name: str):
     if request.method not in ("GET", "HEAD"):
         return json_error(GatewayError(f"Method {request.method} is not allowed here.", status=405,
                                        type="invalid_request_error", code="method_not_allowed"))
-    found = media.locate(name)
+    found = media.open_file(name)  # opened at once: a purge between a lookup and the open is a 404
     if found is None:
         return json_error(NotFound("No such media file (it may have expired).", code="media_not_found"))
-    path, content_type = found
-    response = FileResponse(path.open("rb"), content_type=content_type)
+    handle, content_type = found
+    response = FileResponse(handle, content_type=content_type)
     # The name never points at other content, so caches may keep it for as long as it exists.
     response["Cache-Control"] = "public, max-age=86400, immutable"
     return response

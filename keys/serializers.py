@@ -3,14 +3,24 @@
 Parsing is strict on purpose: an administrator who sends ``"rpm": "100"``,
 ``"credits": true`` or a misspelt member gets a 400 naming the member instead
 of a silent coercion or a change that never happened. The strict fields and base
-are utils_app.serializers, shared with the metered operations. Value rules (tier
-names, ranges, credits <= maxCredits) are not repeated here:
-keys.services.check_config owns them and reports the same dotted ``param``.
+are utils_app.serializers, shared with the metered operations.
+
+The fields state each member's own range with the model's constants (TIERS,
+RPM_RANGE, RPH_RANGE), so the OpenAPI schema says exactly what is accepted; the
+rule across members and the key's current state (credits <= maxCredits) is
+keys.services.check_config's, which reports the same dotted ``param``.
 """
 from rest_framework import serializers
 
-from keys.models import OWNER_FIELDS, ApiKey
-from utils_app.serializers import StrictBooleanField, StrictCharField, StrictIntegerField, StrictSerializer
+from keys.models import OWNER_FIELDS, RPH_RANGE, RPM_RANGE, TIERS, ApiKey
+from utils_app.serializers import (
+    BIGINT_MAX,
+    StrictBooleanField,
+    StrictCharField,
+    StrictChoiceField,
+    StrictIntegerField,
+    StrictSerializer,
+)
 
 SECRET_MAX_LENGTH = 200
 
@@ -31,12 +41,14 @@ class OwnerSerializer(StrictSerializer):
 class ApiKeyConfigSerializer(StrictSerializer):
     """The SPEC's ApiKeyConfig; every member optional. Only the members sent end up in validated_data."""
 
-    tier = StrictCharField(required=False, max_length=32,
-                           help_text="free, augmented, premium, cool, partner, limited, exclusive or special.")
-    credits = StrictIntegerField(required=False, bigint=True, help_text=">= 0 and <= maxCredits.")
-    maxCredits = StrictIntegerField(required=False, bigint=True, help_text=">= 0.")
-    rpm = StrictIntegerField(required=False, help_text="Requests per minute, 1 to 1000.")
-    rph = StrictIntegerField(required=False, help_text="Requests per hour, 1 to 10000.")
+    tier = StrictChoiceField(choices=TIERS, required=False)
+    credits = StrictIntegerField(required=False, min_value=0, max_value=BIGINT_MAX,
+                                 help_text="At most maxCredits (the one sent, or the key's own).")
+    maxCredits = StrictIntegerField(required=False, min_value=0, max_value=BIGINT_MAX)
+    rpm = StrictIntegerField(required=False, min_value=RPM_RANGE[0], max_value=RPM_RANGE[1],
+                             help_text="Requests per minute.")
+    rph = StrictIntegerField(required=False, min_value=RPH_RANGE[0], max_value=RPH_RANGE[1],
+                             help_text="Requests per hour.")
     owner = OwnerSerializer(required=False, help_text="Merged member by member into the current owner.")
 
 

@@ -5,7 +5,6 @@ the *name* of the environment variable with the upstream secret, never the
 secret. Usage pages read the rollups for aggregates and page through events
 without counting ten million rows.
 """
-import re
 from datetime import timedelta
 
 from django import forms
@@ -22,16 +21,14 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 
 from keys.admin import KeyFilter, staff_actor
-from keys.models import SECRET_PREFIX, TIER_CHOICES, TIERS, ApiKey
+from keys.models import TIER_CHOICES, TIERS, ApiKey
 from keys.services import audit
 from models_catalog import dashboard
 from models_catalog.access import access_matrix, set_access
+from models_catalog.catalog import secret_env_allowed, secret_env_problem
 from models_catalog.models import AiModel, Provider, UsageEvent
 from utils_app.env import env_str
 from utils_app.errors import InvalidRequest
-
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
 
 class AuditedAdmin(admin.ModelAdmin):
     """Writes an audit entry for every create and edit made in the staff UI."""
@@ -74,9 +71,9 @@ class ProviderForm(forms.ModelForm):
 
     def clean_api_key_env(self):
         value = self.cleaned_data["api_key_env"].strip()
-        if value.startswith(SECRET_PREFIX) or value and not ENV_NAME.match(value):
-            raise forms.ValidationError("Enter the name of an environment variable (letters, digits, _), "
-                                        "not the secret itself.")
+        problem = secret_env_problem(value)
+        if problem:
+            raise forms.ValidationError(problem)
         return value
 
     def clean(self):
@@ -97,8 +94,18 @@ class ProviderAdmin(AuditedAdmin):
 
     @admin.display(description="secret in environment", boolean=True)
     def secret_present(self, provider):
-        # Whether the variable is set in this process, never its value.
-        return bool(env_str(provider.api_key_env)) if provider.api_key_env else None
+        # Whether the variable is set in this process, never its value; and only for variables a
+        # provider may use, so the list cannot be used to probe the rest of the environment.
+        if not provider.api_key_env or not secret_env_allowed(provider.api_key_env):
+            return None
+        return bool(env_str(provider.api_key_env))
+
+    # A provider decides where its secret is sent: only superusers add or change one.
+    def has_add_permission(self, request):
+        return request.user.is_superuser
+
+    def has_change_permission(self, request, obj=None):
+        return request.user.is_superuser
 
 
 # ------------------------------------------------------------------ models

@@ -16,8 +16,35 @@ from django.db.models.signals import post_delete, post_save
 
 from keys.models import TIERS
 from models_catalog.models import MODEL_TYPES, PROVIDER_TYPES, AiModel, Provider
+from utils_app.env import ENV_NAME_RE
 
 DEFAULT_CATALOG = Path(__file__).resolve().parent / "default_catalog.toml"
+# Any variable with this prefix may hold an upstream secret, besides those UPSTREAM_SECRET_ENV_ALLOW names.
+SECRET_ENV_PREFIX = "GATEWAY_UPSTREAM_"
+
+
+def secret_env_allowed(name: str) -> bool:
+    """Whether a provider may name this environment variable as its upstream secret.
+
+    A provider's secret is sent to its base_url, so naming any variable would let
+    whoever edits providers send SECRET_KEY or DATABASE_URL to an address of their
+    choosing. Only variables meant for upstream secrets qualify.
+    """
+    return name in settings.UPSTREAM_SECRET_ENV_ALLOW or (
+        name.startswith(SECRET_ENV_PREFIX) and len(name) > len(SECRET_ENV_PREFIX))
+
+
+def secret_env_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a provider's secret variable (a sentence), or None when it can (empty: no secret)."""
+    if not name:
+        return None
+    if not ENV_NAME_RE.match(name):
+        return "Enter the name of an environment variable (letters, digits, _), not the secret itself."
+    if not secret_env_allowed(name):
+        allowed = "".join(f"{item}, " for item in settings.UPSTREAM_SECRET_ENV_ALLOW)
+        return (f"{name} is not an upstream secret variable: use {allowed}or a name starting with "
+                f"{SECRET_ENV_PREFIX} (UPSTREAM_SECRET_ENV_ALLOW lists more names).")
+    return None
 
 
 class CatalogError(ValueError):
@@ -116,9 +143,12 @@ def parse_catalog(text: str) -> tuple[list[dict], list[dict]]:
         extra = set(entry) - {"type", "base_url", "api_key_env", "timeout"}
         if extra:
             raise CatalogError(f"{where}: unknown field(s): {', '.join(sorted(extra))}")
+        api_key_env = _require(entry, "api_key_env", str, where, required=False, default="")
+        problem = secret_env_problem(api_key_env)
+        if problem:
+            raise CatalogError(f"{where}: field 'api_key_env': {problem}")
         providers.append({"name": name, "type": kind, "base_url": base_url.rstrip("/"),
-                          "api_key_env": _require(entry, "api_key_env", str, where, required=False, default=""),
-                          "timeout": float(timeout)})
+                          "api_key_env": api_key_env, "timeout": float(timeout)})
     names = {p["name"] for p in providers}
 
     models = []

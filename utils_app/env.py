@@ -4,6 +4,7 @@ Every reader fails loudly with ImproperlyConfigured naming the variable, so a
 typo in a deployment stops the service at start instead of surfacing later as a
 strange 500.
 """
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -76,6 +77,30 @@ def env_url(name: str, default: str) -> str:
 
 def env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
+
+
+def env_networks(name: str, default: str = "") -> tuple:
+    """Comma-separated IP addresses or CIDR networks (``10.0.0.0/8, 192.168.1.7, ::1``)."""
+    networks = []
+    for item in env_list(name, default):
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(f"{name} must list IP addresses or networks (10.0.0.0/8), "
+                                       f"got {item!r}") from None
+    return tuple(networks)
+
+
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def env_names(name: str, default: str) -> tuple[str, ...]:
+    """Comma-separated names of environment variables."""
+    names = env_list(name, default)
+    for item in names:
+        if not ENV_NAME_RE.match(item):
+            raise ImproperlyConfigured(f"{name} must list environment variable names, got {item!r}")
+    return tuple(names)
 
 
 def database_from_url(url: str, *, data_dir: Path) -> dict:

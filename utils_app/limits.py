@@ -1,4 +1,5 @@
 """The limit on keyless operations: PUBLIC_RATE_LIMIT requests per client address."""
+import ipaddress
 import logging
 
 from django.conf import settings
@@ -12,9 +13,30 @@ log = logging.getLogger("gateway.limits")
 
 
 def client_address(request) -> str:
-    # REMOTE_ADDR only: trusting X-Forwarded-For without a known proxy would let
-    # any client pick its own bucket. Behind a proxy, set REMOTE_ADDR there.
-    return request.META.get("REMOTE_ADDR", "") or "unknown"
+    """The address a keyless client is counted under.
+
+    REMOTE_ADDR, unless it is one of TRUSTED_PROXIES: then the right-most
+    X-Forwarded-For entry that is not a trusted proxy itself. Entries further left
+    were written by the client and could name any bucket; the right-most ones
+    were appended by our own proxies, each naming the peer it saw.
+    """
+    remote = request.META.get("REMOTE_ADDR", "")
+    if not settings.TRUSTED_PROXIES or not _is_trusted(remote):
+        return remote or "unknown"
+    hops = [hop.strip() for hop in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
+    for hop in reversed(hops):
+        if hop and not _is_trusted(hop):
+            return hop
+    # Only trusted proxies (or nothing) were named: the request started inside the proxy tier.
+    return next((hop for hop in hops if hop), remote) or "unknown"
+
+
+def _is_trusted(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in network for network in settings.TRUSTED_PROXIES)
 
 
 class PublicRateThrottle(BaseThrottle):

@@ -16,6 +16,7 @@ merges them back in (as the gateway's image, speech and embeddings requests do).
 import threading
 from collections.abc import Mapping
 
+from django.core.validators import RegexValidator
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -34,15 +35,27 @@ def fail(message: str, code: str = "invalid"):
 
 # ---------------------------------------------------------------- strict scalar fields
 
+# DRF's CharField refuses NUL characters (PostgreSQL cannot store them); this states it in the
+# schema. One or more characters, so that with allow_blank the schema reads "this, or empty".
+NO_NUL = RegexValidator(r"^[^\x00]+$", message="Must not contain NUL characters.")
+
+
 @extend_schema_field(OpenApiTypes.STR)
 class StrictCharField(serializers.CharField):
-    """A JSON string, never a coerced number; whitespace is kept as sent (prompts and names are data)."""
+    """A JSON string, never a coerced number; whitespace is kept as sent (prompts and names are data).
+
+    Without ``allow_blank`` the empty string is refused (DRF's code ``blank``), so the schema
+    says minLength 1: a client generated from it must never send what the service refuses.
+    """
 
     default_error_messages = {"invalid": "Must be a string."}
 
     def __init__(self, **kwargs):
         kwargs.setdefault("trim_whitespace", False)
+        if not kwargs.get("allow_blank", False):
+            kwargs.setdefault("min_length", 1)
         super().__init__(**kwargs)
+        self.validators.append(NO_NUL)
 
     def to_internal_value(self, data):
         if not isinstance(data, str):
@@ -158,6 +171,11 @@ def _build_nested_fields(field) -> None:
 class StrictSerializer(serializers.Serializer):
     """A serializer that refuses members it does not declare (code unknown_parameter)."""
     # The docstring above is also the OpenAPI description of every subclass without its own.
+
+    # JSON-schema keywords merged into the serializer's OpenAPI component (utils_app.schema):
+    # what validation enforces beyond the fields themselves. A subclass with cross-member rules
+    # extends it, so the schema never calls valid what the service refuses.
+    schema_rules = {"additionalProperties": False}
 
     # DRF deep-copies the declared fields for every serializer instance, so that one instance may
     # change its fields without touching the others. Nothing here does that, and for the chat

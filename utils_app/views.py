@@ -168,6 +168,11 @@ class LandingView(PublicAPIView):
     def get(self, request):
         return Response(landing_context(request), template_name="landing.html")
 
+    def options(self, request, *args, **kwargs):
+        # DRF answers OPTIONS with its metadata as a Response, which this HTML-only view has no
+        # template for (a 500). The Allow header DRF adds is the whole answer.
+        return HttpResponse()
+
 
 # ---------------------------------------------------------------- CORS
 

@@ -239,3 +239,9 @@ def test_other_methods_are_a_405_in_the_error_shape(client):
     response = client.post("/v1/community/invites", {"link": "gateway"}, content_type="application/json")
     assert response.status_code == 405
     assert response.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_a_link_urlsplit_cannot_read_is_a_400_not_a_500(client, platform):
+    response = client.get("/v1/community/invites", {"link": "[x"})
+    assert response.status_code == 400
+    assert response.json()["success"] is False and "not an invite link" in response.json()["error"]

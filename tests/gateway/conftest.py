@@ -140,6 +140,7 @@ class FakeUpstream:
         self.fallback_reply: Reply | None = None
         self.calls: list[Received] = []
         self.files: dict[str, tuple[bytes, str]] = {}
+        self.redirects: dict[str, str] = {}
         self.client_gone = threading.Event()
         self.events_sent = 0
         self.release = threading.Event()  # ends every pending delay at teardown
@@ -154,6 +155,12 @@ class FakeUpstream:
             def do_GET(self):
                 upstream.calls.append(Received("GET", self.path, dict(self.headers), None, self.client_address[1]))
                 path = self.path.removeprefix("/v1")
+                if path in upstream.redirects:
+                    self.send_response(302)
+                    self.send_header("Location", upstream.redirects[path])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if path not in upstream.files:
                     return self._send(Reply(404, b'{"error": {"message": "no such file"}}'))
                 content, content_type = upstream.files[path]
@@ -245,6 +252,9 @@ class FakeUpstream:
     def serve_file(self, path: str, content: bytes, content_type: str):
         self.files[path] = (content, content_type)
 
+    def redirect(self, path: str, location: str):
+        self.redirects[path] = location
+
     def posts(self) -> list[Received]:
         return [call for call in self.calls if call.method == "POST"]
 
@@ -295,7 +305,11 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}/v1"
 
 
-def add_provider(name: str, base_url: str, *, timeout: float = 3.0, api_key_env: str = "FAKE_UPSTREAM_KEY"):
+# Under GATEWAY_UPSTREAM_, a prefix every provider may name (models_catalog.catalog.secret_env_allowed).
+UPSTREAM_KEY_ENV = "GATEWAY_UPSTREAM_FAKE_KEY"
+
+
+def add_provider(name: str, base_url: str, *, timeout: float = 3.0, api_key_env: str = UPSTREAM_KEY_ENV):
     return Provider.objects.create(name=name, type="openai", base_url=base_url, api_key_env=api_key_env,
                                    timeout=timeout)
 
@@ -315,7 +329,7 @@ def add_models(provider: Provider, *, prefix: str = "fake", fallbacks=(), cost: 
 @pytest.fixture
 def fake_models(seeded, upstream, monkeypatch):
     """fake-chat, fake-image, fake-speech, fake-embedding, served by the fake upstream."""
-    monkeypatch.setenv("FAKE_UPSTREAM_KEY", UPSTREAM_SECRET)
+    monkeypatch.setenv("GATEWAY_UPSTREAM_FAKE_KEY", UPSTREAM_SECRET)
     ids = add_models(add_provider("fake", upstream.base_url))
     catalog.snapshot()
     return ids

@@ -220,7 +220,7 @@ def test_an_upstream_server_error_is_upstream_unavailable_and_refunded(client, o
 
 def test_an_upstream_that_does_not_answer_in_time_is_upstream_timeout(client, operation, seeded, upstream, free_key,
                                                                        monkeypatch):
-    monkeypatch.setenv("FAKE_UPSTREAM_KEY", "sk-up")
+    monkeypatch.setenv("GATEWAY_UPSTREAM_FAKE_KEY", "sk-up")
     ids = add_models(add_provider("slow", upstream.base_url, timeout=0.5), prefix="slow")
     upstream.fail_all(200, {"late": True}, delay=10)
     key, secret = free_key
@@ -231,7 +231,7 @@ def test_an_upstream_that_does_not_answer_in_time_is_upstream_timeout(client, op
 
 
 def test_an_unreachable_upstream_is_upstream_unavailable(client, operation, seeded, free_key, monkeypatch):
-    monkeypatch.setenv("FAKE_UPSTREAM_KEY", "sk-up")
+    monkeypatch.setenv("GATEWAY_UPSTREAM_FAKE_KEY", "sk-up")
     ids = add_models(add_provider("gone", closed_port_url()), prefix="gone")
     key, secret = free_key
     assert_error(post(client, *body_for(operation, model=ids[operation]), secret), 502, "upstream_unavailable",

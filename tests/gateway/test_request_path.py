@@ -26,10 +26,11 @@ def test_slow_upstream_calls_hold_no_database_connection(transactional_db, fake_
     monkeypatch.setenv("GATEWAY_UPSTREAM_FAKE_KEY", UPSTREAM_SECRET)
     key, secret = make_key(credits=100, max_credits=100, rpm=1000)
     ApiKey.objects.filter(pk=key.pk).update(max_concurrent=100)
-    upstream.json("/chat/completions", chat_completion(), delay=1.0)
-    # Two pooled connections for twenty requests that each wait a second on the upstream:
-    # only possible if none of them keeps its connection while it waits.
-    with gunicorn(tmp_path / "server", env={"DATABASE_POOL_SIZE": "2", "DATABASE_POOL_TIMEOUT": "3"}) as base:
+    upstream.json("/chat/completions", chat_completion(), delay=2.0)
+    # Two pooled connections for twenty requests that each wait two seconds on the upstream:
+    # holding a connection meanwhile, they would need twenty seconds and most would give up
+    # after the pool's five; without, they are all answered in a few seconds.
+    with gunicorn(tmp_path / "server", env={"DATABASE_POOL_SIZE": "2", "DATABASE_POOL_TIMEOUT": "5"}) as base:
         with ThreadPoolExecutor(20) as pool:
             responses = list(pool.map(lambda _: chat(base, secret, "fake-chat"), range(20)))
     assert [response.status_code for response in responses] == [200] * 20

@@ -155,7 +155,7 @@ def test_an_error_event_from_the_upstream_mid_stream_is_refunded(client, fake_mo
 @pytest.mark.django_db
 def test_a_stream_that_stalls_longer_than_the_timeout_ends_with_upstream_timeout(client, seeded, upstream, free_key,
                                                                                  monkeypatch):
-    monkeypatch.setenv("FAKE_UPSTREAM_KEY", "sk-up")
+    monkeypatch.setenv("GATEWAY_UPSTREAM_FAKE_KEY", "sk-up")
     ids = add_models(add_provider("stalling", upstream.base_url, timeout=1), prefix="stall")
     upstream.sse("/chat/completions", [chunk("Hi"), Pause(10), chunk("late"), "[DONE]"])
     key, secret = free_key
@@ -169,7 +169,7 @@ def test_a_stream_that_stalls_longer_than_the_timeout_ends_with_upstream_timeout
 @pytest.mark.django_db
 def test_a_stream_falls_back_to_the_next_provider_when_the_first_fails_early(client, seeded, upstream,
                                                                              backup_upstream, free_key, monkeypatch):
-    monkeypatch.setenv("FAKE_UPSTREAM_KEY", "sk-up")
+    monkeypatch.setenv("GATEWAY_UPSTREAM_FAKE_KEY", "sk-up")
     add_provider("backup", backup_upstream.base_url)
     ids = add_models(add_provider("primary", upstream.base_url), prefix="fb", fallbacks=["backup"])
     upstream.fail_all(503)
@@ -240,7 +240,7 @@ def test_a_client_that_goes_away_closes_the_upstream_connection(live_server, fak
 def test_gunicorn_relays_each_chunk_as_it_arrives(transactional_db, fake_models, upstream, free_key, tmp_path,
                                                    monkeypatch):
     """The same lockstep as above, through the production server (gunicorn's gthread workers)."""
-    monkeypatch.setenv("FAKE_UPSTREAM_KEY", UPSTREAM_SECRET)  # inherited by the gunicorn process
+    monkeypatch.setenv("GATEWAY_UPSTREAM_FAKE_KEY", UPSTREAM_SECRET)  # inherited by the gunicorn process
     gates = [Gate(timeout=10), Gate(timeout=10)]
     upstream.sse("/chat/completions", [chunk("one "), gates[0], chunk("two "), gates[1], chunk("three"), "[DONE]"])
     with gunicorn(tmp_path / "server") as base:

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def chain(seeded, upstream, backup_upstream, monkeypatch):
     """Models on provider 'primary' (the fake upstream) falling back to 'backup' (a second one)."""
-    monkeypatch.setenv("FAKE_UPSTREAM_KEY", "sk-up")
+    monkeypatch.setenv("GATEWAY_UPSTREAM_FAKE_KEY", "sk-up")
     # Timeouts with room for a loaded CI machine; the deliberately late answers wait 10 s.
     add_provider("backup", backup_upstream.base_url, timeout=2)
     return add_models(add_provider("primary", upstream.base_url, timeout=1), prefix="fb", fallbacks=["backup"])
@@ -46,7 +46,7 @@ def test_a_failing_provider_falls_back_to_the_next_one_and_charges_once(client, 
 
 
 def test_a_provider_that_cannot_be_reached_falls_back(client, seeded, backup_upstream, free_key, monkeypatch):
-    monkeypatch.setenv("FAKE_UPSTREAM_KEY", "sk-up")
+    monkeypatch.setenv("GATEWAY_UPSTREAM_FAKE_KEY", "sk-up")
     add_provider("backup", backup_upstream.base_url)
     ids = add_models(add_provider("down", closed_port_url()), prefix="down", fallbacks=["backup"])
     backup_upstream.json("/chat/completions", chat_completion("backup here"))

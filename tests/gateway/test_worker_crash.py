@@ -18,7 +18,7 @@ STREAMS = 12
 @pytest.mark.postgres
 def test_a_worker_killed_mid_stream_leaves_pending_charges_that_settle_stale_refunds(
         transactional_db, fake_models, upstream, make_key, tmp_path, monkeypatch):
-    monkeypatch.setenv("FAKE_UPSTREAM_KEY", UPSTREAM_SECRET)  # inherited by the gunicorn process
+    monkeypatch.setenv("GATEWAY_UPSTREAM_FAKE_KEY", UPSTREAM_SECRET)  # inherited by the gunicorn process
     key, secret = make_key(credits=50, max_credits=50, rpm=1000)
     # Each stream sends one event, then stays open far longer than the test lasts.
     upstream.sse("/chat/completions", [chunk("first "), Pause(60), chunk("never"), "[DONE]"])

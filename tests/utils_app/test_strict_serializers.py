@@ -262,7 +262,8 @@ def test_the_shared_fields_describe_their_json_types_in_the_openapi_schema():
     schema = SchemaGenerator(patterns=[path("probe", ProbeView.as_view())]).get_schema(request=None, public=True)
     component = schema["components"]["schemas"]["Probe"]
     properties = component["properties"]
-    assert properties["text"] == {"type": "string", "maxLength": 20}
+    # Exact: DRF refuses the empty string (no allow_blank) and NUL characters, so the schema says so.
+    assert properties["text"] == {"type": "string", "minLength": 1, "maxLength": 20, "pattern": "^[^\\u0000]+$"}
     assert properties["count"] == {"type": "integer", "minimum": 1, "maximum": 10}
     assert properties["credits"] == {"type": "integer"}
     assert properties["ratio"] == {"type": "number", "nullable": True, "minimum": 0, "maximum": 2}
@@ -271,3 +272,4 @@ def test_the_shared_fields_describe_their_json_types_in_the_openapi_schema():
     assert properties["choice"]["default"] == "a"
     assert set(component["required"]) == {"text", "count"}
     assert component["description"] == "A serializer that refuses members it does not declare (code unknown_parameter)."
+    assert component["additionalProperties"] is False

@@ -104,13 +104,14 @@ class ApiKey(models.Model):
         }
 
     def config(self) -> dict:
-        """The SPEC's ApiKeyConfig."""
+        """The SPEC's ApiKeyConfig, with maxConcurrent (CONTRACT.md §5)."""
         return {
             "tier": self.tier,
             "credits": self.credits,
             "maxCredits": self.max_credits,
             "rpm": self.rpm,
             "rph": self.rph,
+            "maxConcurrent": self.max_concurrent,
             "owner": self.owner,
         }
 

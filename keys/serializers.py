@@ -6,13 +6,13 @@ of a silent coercion or a change that never happened. The strict fields and base
 are utils_app.serializers, shared with the metered operations.
 
 The fields state each member's own range with the model's constants (TIERS,
-RPM_RANGE, RPH_RANGE), so the OpenAPI schema says exactly what is accepted; the
+RPM_RANGE, RPH_RANGE, MAX_CONCURRENT_RANGE), so the OpenAPI schema says exactly what is accepted; the
 rule across members and the key's current state (credits <= maxCredits) is
 keys.services.check_config's, which reports the same dotted ``param``.
 """
 from rest_framework import serializers
 
-from keys.models import OWNER_FIELDS, RPH_RANGE, RPM_RANGE, TIERS, ApiKey
+from keys.models import MAX_CONCURRENT_RANGE, OWNER_FIELDS, RPH_RANGE, RPM_RANGE, TIERS, ApiKey
 from utils_app.serializers import (
     BIGINT_MAX,
     StrictBooleanField,
@@ -49,6 +49,9 @@ class ApiKeyConfigSerializer(StrictSerializer):
                              help_text="Requests per minute.")
     rph = StrictIntegerField(required=False, min_value=RPH_RANGE[0], max_value=RPH_RANGE[1],
                              help_text="Requests per hour.")
+    maxConcurrent = StrictIntegerField(required=False, min_value=MAX_CONCURRENT_RANGE[0],
+                                       max_value=MAX_CONCURRENT_RANGE[1],
+                                       help_text="Requests in flight at once, streams included.")
     owner = OwnerSerializer(required=False, help_text="Merged member by member into the current owner.")
 
 
@@ -59,7 +62,7 @@ class UpdateKeyRequest(StrictSerializer):
 
 class CreateKeyRequest(StrictSerializer):
     config = ApiKeyConfigSerializer(required=False, help_text=(
-        "Defaults: tier free, credits 0, maxCredits = credits, rpm 60, rph 1000, empty owner."))
+        "Defaults: tier free, credits 0, maxCredits = credits, rpm 60, rph 1000, maxConcurrent 16, empty owner."))
     name = StrictCharField(required=False, allow_blank=True, max_length=ApiKey._meta.get_field("name").max_length,
                            help_text="A label for staff.")
     isAdmin = StrictBooleanField(required=False, default=False, help_text="May the new key call /admin operations.")
@@ -84,6 +87,7 @@ class ApiKeyConfigOut(serializers.Serializer):
     maxCredits = serializers.IntegerField()
     rpm = serializers.IntegerField()
     rph = serializers.IntegerField()
+    maxConcurrent = serializers.IntegerField()
     owner = OwnerOut()
 
 

@@ -40,10 +40,10 @@ def test_an_admin_updates_a_key_and_gets_its_new_config(client, admin_key, targe
     key, secret = target
     response = post(client, "/admin/update-key",
                     {"key": secret, "update": {"tier": "premium", "credits": 200, "maxCredits": 300, "rpm": 1000,
-                                               "rph": 10000}}, admin_secret)
+                                               "rph": 10000, "maxConcurrent": 4}}, admin_secret)
     assert response.status_code == 200, response.content
     assert response.json() == {"apiKey": {"key": secret, "config": {
-        "tier": "premium", "credits": 200, "maxCredits": 300, "rpm": 1000, "rph": 10000,
+        "tier": "premium", "credits": 200, "maxCredits": 300, "rpm": 1000, "rph": 10000, "maxConcurrent": 4,
         "owner": {"platform_id": "1234", "platform_username": "ann", "platform_img": "", "category": ""}}}}
     assert config_of(key)[:5] == ("premium", 200, 300, 1000, 10000)
 
@@ -108,6 +108,8 @@ def test_every_change_is_audited_with_the_admin_before_and_after_and_never_a_sec
     ({"rpm": 0}, "update.rpm", "invalid_value"),
     ({"rpm": 1001}, "update.rpm", "invalid_value"),
     ({"rph": 0}, "update.rph", "invalid_value"),
+    ({"maxConcurrent": 0}, "update.maxConcurrent", "invalid_value"),
+    ({"maxConcurrent": 1001}, "update.maxConcurrent", "invalid_value"),
     ({"rph": 10001}, "update.rph", "invalid_value"),
     ({"credits": 101}, "update.credits", "invalid_value"),
     ({"maxCredits": 49}, "update.credits", "invalid_value"),
@@ -220,6 +222,7 @@ def test_an_admin_creates_a_key_and_sees_its_secret_once(client, admin_key):
     secret = record["key"]
     assert secret.startswith("sk-") and len(secret) >= 35
     assert record["config"] == {"tier": "augmented", "credits": 30, "maxCredits": 60, "rpm": 10, "rph": 100,
+                                "maxConcurrent": 16,
                                 "owner": {"platform_id": "42", "platform_username": "", "platform_img": "",
                                           "category": "beta"}}
     assert (record["name"], record["isAdmin"], record["prefix"]) == ("beta tester", False, secret[:10])
@@ -241,7 +244,7 @@ def test_a_created_key_has_defaults_for_what_is_left_out(client, admin_key):
     response = post(client, "/admin/create-key", {}, admin_secret)
     assert response.status_code == 201
     assert response.json()["apiKey"]["config"] == {
-        "tier": "free", "credits": 0, "maxCredits": 0, "rpm": 60, "rph": 1000,
+        "tier": "free", "credits": 0, "maxCredits": 0, "rpm": 60, "rph": 1000, "maxConcurrent": 16,
         "owner": {"platform_id": "", "platform_username": "", "platform_img": "", "category": ""}}
 
 

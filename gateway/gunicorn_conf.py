@@ -9,9 +9,17 @@ Without REDIS_URL (the embedded default on SQLite) the rate-limit counters live 
 process memory, so exactly one worker is correct, and it runs threads: SQLite
 connections are per thread and kept between requests, which greenlets, living one
 request each, would not do.
+
+Either way the workers count Prometheus metrics in files that the master empties at
+start and from which it strikes a worker's live gauges when it dies (docs/operations.md).
 """
 import multiprocessing
 import os
+from pathlib import Path
+
+from gunicorn.glogging import Logger
+
+from utils_app.logging import JsonFormatter
 
 bind = os.environ.get("BIND", "127.0.0.1:8000")
 _shared_cache = bool(os.environ.get("REDIS_URL", "").strip())
@@ -25,4 +33,41 @@ worker_connections = int(os.environ.get("GUNICORN_WORKER_CONNECTIONS", 4000))  #
 # Streams can be long; the upstream deadline, not gunicorn, decides when to give up.
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", 300))
 keepalive = 5
-accesslog = os.environ.get("ACCESS_LOG", "-")
+_json_logs = os.environ.get("LOG_FORMAT", "").strip().lower() == "json"
+# With LOG_FORMAT=json each request already has its JSON summary line (utils_app.logging), so the
+# plain access log is off unless ACCESS_LOG asks for it.
+accesslog = os.environ.get("ACCESS_LOG", None if _json_logs else "-")
+
+# Prometheus multiprocess mode (utils_app.metrics): every worker counts in its own mmapped files in
+# this folder, and a scrape adds them all up. Set before any worker imports prometheus_client.
+_data_dir = Path(os.environ.get("GATEWAY_DATA_DIR", "").strip() or Path(__file__).resolve().parent.parent / "var")
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(_data_dir.resolve() / "prometheus"))
+
+
+def on_starting(server):
+    # The files of an earlier run would add its counts to this one's.
+    directory = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob("*.db"):
+        stale.unlink()
+
+
+def child_exit(server, worker):
+    # A dead worker's live gauges (open streams) must stop counting; its counters stay in the sums.
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
+
+
+class JsonLogger(Logger):
+    """gunicorn's own log lines (start, workers, signals) as JSON too, with LOG_FORMAT=json."""
+
+    def setup(self, cfg):
+        super().setup(cfg)  # also on every reload
+        for log in (self.error_log, self.access_log):
+            for handler in log.handlers:
+                handler.setFormatter(JsonFormatter())
+
+
+if _json_logs:
+    logger_class = JsonLogger

@@ -28,6 +28,7 @@ from django.utils import timezone
 from keys import auth_cache
 from keys.models import ApiKey, IdempotentRequest, LedgerEntry
 from models_catalog.models import AiModel, UsageEvent
+from utils_app import metrics
 from utils_app.db import one_writer_at_a_time
 from utils_app.errors import (
     AccessDenied,
@@ -59,19 +60,20 @@ CHARGE_SQLITE = (f"{_TAKE} RETURNING credits",
 
 _COMPLETE = (f"UPDATE {LEDGER} SET status = 'completed', settled_at = %(now)s, input_tokens = %(input_tokens)s, "
              f"output_tokens = %(output_tokens)s, latency_ms = %(latency_ms)s, provider = %(provider)s "
-             f"WHERE id = %(entry)s AND status = 'pending' RETURNING key_id, amount")
+             f"WHERE id = %(entry)s AND status = 'pending' RETURNING key_id, amount, request_id")
 _RELEASE = f"UPDATE {KEYS} SET in_flight = CASE WHEN in_flight > 0 THEN in_flight - 1 ELSE 0 END WHERE id = "
+# The usage row takes the request id from the charge row it settles: no parameter can disagree with the ledger.
 _USAGE_COLUMNS = ("key_id, model_id, operation, status, success, input_tokens, output_tokens, credits_charged, "
-                  "latency_ms, provider, created_at")
+                  "latency_ms, provider, created_at, request_id")
 _USAGE_VALUES = ("%(model_pk)s, %(operation)s, 200, TRUE, %(input_tokens)s, %(output_tokens)s, {credits}, "
-                 "%(latency_ms)s, %(provider)s, %(now)s")
+                 "%(latency_ms)s, %(provider)s, %(now)s, {request_id}")
 COMPLETE_POSTGRES = (f"WITH settled AS ({_COMPLETE}), "
                      f"released AS ({_RELEASE} (SELECT key_id FROM settled)) "
                      f"INSERT INTO {USAGE} ({_USAGE_COLUMNS}) "
-                     f"SELECT key_id, {_USAGE_VALUES.format(credits='-amount')} FROM settled")
+                     f"SELECT key_id, {_USAGE_VALUES.format(credits='-amount', request_id='request_id')} FROM settled")
 COMPLETE_SQLITE = (_COMPLETE, f"{_RELEASE} %(key)s",
                    f"INSERT INTO {USAGE} ({_USAGE_COLUMNS}) "
-                   f"VALUES (%(key)s, {_USAGE_VALUES.format(credits='%(credits)s')})")
+                   f"VALUES (%(key)s, {_USAGE_VALUES.format(credits='%(credits)s', request_id='%(request_id)s')})")
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,7 @@ def _refused(*, key: ApiKey, model: AiModel, amount: int, **charge_args) -> int:
         return charge(key=key, model=model, amount=amount, **charge_args)
     key.credits = row["credits"]
     if row["in_flight"] >= row["max_concurrent"]:
+        metrics.limit_rejected("maxConcurrent")
         raise ConcurrencyLimited(f"This key already has {row['max_concurrent']} request(s) in flight, its "
                                  f"maxConcurrent; retry when one has finished.", param="maxConcurrent",
                                  retry_after=1)
@@ -176,7 +179,7 @@ def complete(*, entry: int, key: ApiKey, model: AiModel, operation: str, provide
             if settled is None:
                 return False
             cursor.execute(COMPLETE_SQLITE[1], params)
-            cursor.execute(COMPLETE_SQLITE[2], {**params, "credits": -settled[1]})
+            cursor.execute(COMPLETE_SQLITE[2], {**params, "credits": -settled[1], "request_id": settled[2]})
             return True
 
 
@@ -190,7 +193,7 @@ def refund(*, entry: int, status: str = LedgerEntry.REFUNDED, usage: dict | None
     now = timezone.now()
     with one_writer_at_a_time(connection), transaction.atomic():
         charged = (LedgerEntry.objects.select_for_update().filter(pk=entry, status=LedgerEntry.PENDING)
-                   .only("id", "key_id", "amount").first())
+                   .only("id", "key_id", "amount", "model", "request_id").first())
         if charged is None:
             return None
         key = ApiKey.objects.select_for_update().only("id", "credits", "max_credits", "in_flight").get(
@@ -208,5 +211,6 @@ def refund(*, entry: int, status: str = LedgerEntry.REFUNDED, usage: dict | None
         # A retry with the same Idempotency-Key runs anew after a failure.
         IdempotentRequest.objects.filter(entry_id=entry).delete()
         if usage is not None:
-            UsageEvent.objects.create(key_id=key.pk, created_at=now, **usage)
+            UsageEvent.objects.create(key_id=key.pk, created_at=now, request_id=charged.request_id, **usage)
+    metrics.refunded(model=charged.model, credits=restored)  # outside the block: a rollback counts nothing
     return key.credits

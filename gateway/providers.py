@@ -44,6 +44,7 @@ from gateway.serializers import IMAGE_DEFAULTS, SPEECH_DEFAULTS, image_dimension
 from models_catalog.catalog import secret_env_allowed
 from models_catalog.models import Provider
 from utils_app.errors import GatewayError, UpstreamError
+from utils_app.logging import current_request_id
 
 log = logging.getLogger("gateway.upstream")
 
@@ -245,6 +246,9 @@ class HttpProvider:
         headers = {"Content-Type": "application/json"}
         if secret:
             headers["Authorization"] = f"Bearer {secret}"
+        request_id = current_request_id()
+        if request_id:
+            headers["X-Request-ID"] = request_id  # the upstream's logs name the same request as ours
         if stream:
             # A compressed event stream would sit in the decompressor instead of flowing.
             headers.update({"Accept": "text/event-stream", "Accept-Encoding": "identity"})

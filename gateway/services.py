@@ -26,10 +26,12 @@ from django.db import DatabaseError, connection, transaction
 from gateway import idempotency, media, metering, providers, sweeper
 from gateway.local_models import count_tokens
 from gateway.metering import Idempotency
-from gateway.providers import UpstreamRejected, content_text, prompt_text
+from gateway.providers import UpstreamRejected, UpstreamTimeout, content_text, prompt_text
 from keys.models import ApiKey
 from models_catalog import catalog
 from models_catalog.models import AiModel, Provider
+from utils_app import logging as request_log
+from utils_app import metrics
 from utils_app.errors import AccessDenied, GatewayError, InvalidRequest, NotFound, UpstreamError, as_gateway_error
 from utils_app.request_ids import request_id
 
@@ -65,11 +67,14 @@ class Meter:
     """One admitted request: its pending charge, and the settlement that follows the upstream call."""
 
     def __init__(self, *, key: ApiKey, model: AiModel, operation: str, entry: int, limit_headers: dict,
-                 chain: list[Provider], claim: Idempotency | None):
+                 chain: list[Provider], claim: Idempotency | None, amount: int = 0):
         self.key = key
         self.model = model
         self.operation = operation
         self.entry = entry
+        self.amount = amount
+        # The request's summary line (utils_app.logging), None outside a served request.
+        self.line = request_log.current()
         self.limit_headers = limit_headers
         self.chain = chain
         self.claim = claim
@@ -96,48 +101,79 @@ class Meter:
         failure = None
         for provider in self.chain:
             self.provider = provider.name
+            started = time.perf_counter()
             try:
                 return operation(providers.client_for(provider))
             except UpstreamRejected:
+                metrics.upstream_failed(provider=provider.name, kind="rejected")
                 raise
             except UpstreamError as exc:
+                metrics.upstream_failed(provider=provider.name, kind=failure_kind(exc))
                 failure = exc
                 log.info("provider %s failed for %s (%s); %s", provider.name, self.model.model_id, exc.code,
                          "trying the next one" if provider is not self.chain[-1] else "no fallback left")
+            finally:
+                self._upstream_took(provider.name, time.perf_counter() - started)
         raise failure
+
+    def _upstream_took(self, provider: str, seconds: float) -> None:
+        metrics.upstream_called(provider=provider, seconds=seconds)
+        if self.line is not None:
+            self.line.upstream_seconds += seconds
 
     def succeed(self, *, input_tokens: int, output_tokens: int, answer: Outcome | bytes | None = None) -> None:
         """Complete the charge and record the usage; ``answer`` is kept for Idempotency-Key retries.
 
-        The client gets its answer even when this write fails twice (the database just
-        went away): the charge then stays pending and the ledger sweeper refunds it, so
-        a fault can cost the service a request, never the client a credit.
+        The client gets its answer even when the database refuses this write (it just
+        went away): the settlement is tried once more at once, then again in the
+        background until the database is back (gateway.sweeper.settle_later), and a
+        charge still pending after LEDGER_STALE_SECONDS is refunded by the sweeper. A
+        fault can cost the service a request, never the client a credit.
         """
         if self.settled:
             return
         self.settled = True
-        for attempt in (1, 2):
-            try:
-                self._complete(max(0, int(input_tokens)), max(0, int(output_tokens)), answer)
-                break
-            except DatabaseError:
-                if attempt == 2 or connection.in_atomic_block:
-                    log.error("charge %s of key %s could not be settled; it stays pending until the ledger "
-                              "sweeper refunds it", self.entry, self.key.prefix, exc_info=True)
-                    break
-                connection.close()  # a connection the database closed: the retry takes a fresh one
+        input_tokens, output_tokens = max(0, int(input_tokens)), max(0, int(output_tokens))
+
+        def settle() -> None:
+            if self._complete(input_tokens, output_tokens, answer):
+                self._count_success(input_tokens, output_tokens)
+
+        self._settle(settle, what=f"completion of charge {self.entry} of key {self.key.prefix}")
         sweeper.maybe_sweep()
 
-    def _complete(self, input_tokens: int, output_tokens: int, answer) -> None:
+    def _settle(self, settle: Callable[[], None], *, what: str) -> None:
+        """Run a settlement; if the database refuses it twice, leave it to the background retries."""
+        for attempt in (1, 2):
+            try:
+                settle()
+                return
+            except DatabaseError:
+                if connection.in_atomic_block:  # a test's transaction: nothing to retry on
+                    log.error("%s failed", what, exc_info=True)
+                    return
+                connection.close()  # a connection the database closed: the next try takes a fresh one
+        log.warning("%s failed twice; retrying in the background", what)
+        sweeper.settle_later(settle, what=what)
+
+    def _complete(self, input_tokens: int, output_tokens: int, answer) -> bool:
         settle = dict(entry=self.entry, key=self.key, model=self.model, operation=self.operation,
                       provider=self.provider, input_tokens=input_tokens, output_tokens=output_tokens,
                       latency_ms=self.latency_ms())
         if self.claim is None:
-            metering.complete(**settle)
-            return
+            return metering.complete(**settle)
         with transaction.atomic():
-            if metering.complete(**settle) and answer is not None:
+            completed = metering.complete(**settle)
+            if completed and answer is not None:
                 idempotency.keep_answer(entry=self.entry, **_stored(answer, self.headers()))
+        return completed
+
+    def _count_success(self, input_tokens: int, output_tokens: int) -> None:
+        metrics.settled(model=self.model.model_id, credits=self.amount, input_tokens=input_tokens,
+                        output_tokens=output_tokens)
+        if self.line is not None:
+            self.line.credits, self.line.input_tokens, self.line.output_tokens = (self.amount, input_tokens,
+                                                                                  output_tokens)
 
     def fail(self, error: Exception) -> None:
         """Refund the charge, record the failure if an upstream was asked, and label the error."""
@@ -145,22 +181,35 @@ class Meter:
             return
         self.settled = True
         status = error.status if isinstance(error, GatewayError) else 500
+        if self.line is not None:
+            self.line.status = status  # a stream already answered 200: its summary says how it ended
         usage = None
         if self.sent:
             usage = dict(model_id=self.model.pk, operation=self.operation, status=status, success=False,
                          input_tokens=0, output_tokens=0, credits_charged=0, latency_ms=self.latency_ms(),
                          provider=self.provider)
-        try:
-            balance = metering.refund(entry=self.entry, usage=usage, latency_ms=self.latency_ms(),
-                                      provider=self.provider)
+        latency_ms = self.latency_ms()
+
+        def refund() -> None:
+            balance = metering.refund(entry=self.entry, usage=usage, latency_ms=latency_ms, provider=self.provider)
             if balance is not None:
                 self.key.credits = balance
-        except DatabaseError:
-            log.error("refund of charge %s of key %s failed; it stays pending until the ledger sweeper refunds "
-                      "it", self.entry, self.key.prefix, exc_info=True)
+
+        self._settle(refund, what=f"refund of charge {self.entry} of key {self.key.prefix}")
         if isinstance(error, GatewayError):
             error.headers = {**self.headers(), **error.headers}
         sweeper.maybe_sweep()
+
+
+def failure_kind(error: Exception) -> str:
+    """The upstream-errors metric's kind of a failure: a fixed word, never the upstream's own code."""
+    if isinstance(error, UpstreamRejected):
+        return "rejected"
+    if isinstance(error, UpstreamTimeout):
+        return "timeout"
+    if isinstance(error, UpstreamError):
+        return "rate_limited" if error.status == 429 else "unavailable"
+    return "internal"
 
 
 def _stored(answer, headers: dict) -> dict:
@@ -192,18 +241,23 @@ def admit(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1
     if model is None:
         raise NotFound(f"The model '{model_id}' does not exist or is not available.", code="model_not_found",
                        param="model")
+    line = request_log.current()
+    if line is not None:
+        line.model = model.model_id  # from the catalog, never the client's text: a bounded metric label
     if model.type != operation:
         raise InvalidRequest(f"The model '{model_id}' is a {model.type} model; this operation needs a "
                              f"{operation} model.", code="model_type_mismatch", param="model")
     if not key.can_use(model):
         raise AccessDenied(f"Keys of the '{key.tier}' tier may not use the model '{model_id}'.", param="model")
     claim = idempotency.from_request(request)
-    entry = metering.charge(key=key, model=model, operation=operation, amount=model.cost * units,
+    amount = model.cost * units
+    entry = metering.charge(key=key, model=model, operation=operation, amount=amount,
                             request_id=request_id(request), idempotency=claim)
     release_database_connection()
     state = getattr(request, "limit_state", None)
     return Meter(key=key, model=model, operation=operation, entry=entry,
-                 limit_headers=state.headers() if state else {}, chain=snapshot.providers_for(model), claim=claim)
+                 limit_headers=state.headers() if state else {}, chain=snapshot.providers_for(model), claim=claim,
+                 amount=amount)
 
 
 @contextmanager
@@ -285,10 +339,19 @@ class ChatRelay:
         self._usage: dict = {}
         self._text: list[str] = []
         self._sent: list[bytes] | None = [] if meter.claim else None
-        self._events = self._relay()
+        self._events = self._counted(self._relay())
 
     def __iter__(self) -> Iterator[bytes]:
         return self._events
+
+    @staticmethod
+    def _counted(events: Iterator[bytes]) -> Iterator[bytes]:
+        # Open from its first event until it ends or is closed (a stream never started was never open).
+        metrics.OPEN_STREAMS.inc()
+        try:
+            yield from events
+        finally:
+            metrics.OPEN_STREAMS.dec()
 
     def _relay(self) -> Iterator[bytes]:
         model_id = self._meter.model.model_id
@@ -309,6 +372,7 @@ class ChatRelay:
                 yield self._keep(_event(chunk))
         except Exception as exc:  # the client already has a 200: the error can only be an event now
             error = as_gateway_error(exc)
+            metrics.upstream_failed(provider=self._meter.provider, kind=failure_kind(exc))
             self._upstream.close()
             self._meter.fail(error)
             yield _event(error.body())

@@ -69,6 +69,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: X-Request-ID on every answer (the 413 below included), the request's metrics and summary line.
+    "utils_app.middleware.RequestIdMiddleware",
     "utils_app.middleware.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -201,11 +203,14 @@ RATELIMIT_FAIL_OPEN = True
 # local memory is flagged as not shared, which is the documented single-process default.
 SILENCED_SYSTEM_CHECKS = ["django_ratelimit.W001"] + ([] if SHARED_CACHE else ["django_ratelimit.E003"])
 
+# Every line carries the request id (utils_app.logging); LOG_FORMAT (below) picks plain text or JSON.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"request_id": {"()": "utils_app.logging.RequestIdFilter"}},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
+                   "json": {"()": "utils_app.logging.JsonFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["request_id"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO").upper()},
     "loggers": {"django.request": {"level": "ERROR"}},
 }
@@ -277,3 +282,20 @@ UPSTREAM_MAX_BYTES = env_int("UPSTREAM_MAX_BYTES", 32 * 1024 * 1024, minimum=64 
 STREAM_MAX_SECONDS = env_float("STREAM_MAX_SECONDS", 600.0, minimum=1.0)
 # Environment variables a provider may name as its secret, besides any GATEWAY_UPSTREAM_* name.
 UPSTREAM_SECRET_ENV_ALLOW = env_names("UPSTREAM_SECRET_ENV_ALLOW", "OPENAI_API_KEY")
+
+# ---- Operability (docs/operations.md): Prometheus metrics at /metrics, request ids, structured logs.
+# /metrics answers only the METRICS_TOKEN bearer token or a client address in METRICS_ALLOW; with
+# neither set it does not exist (404). Under gunicorn the counts of all workers are added up
+# (PROMETHEUS_MULTIPROC_DIR, set by gateway/gunicorn_conf.py).
+from utils_app.env import env_networks  # noqa: E402
+
+METRICS_TOKEN = env_str("METRICS_TOKEN")
+METRICS_ALLOW = env_networks("METRICS_ALLOW")
+# Prometheus usually scrapes each instance directly over plain http, as load balancers probe /health.
+SECURE_REDIRECT_EXEMPT += [r"^metrics$"]
+# plain: human-readable lines; json: one JSON object per line, one summary line per request.
+LOG_FORMAT = env_str("LOG_FORMAT", "plain").lower()
+if LOG_FORMAT not in LOGGING["formatters"]:
+    raise ImproperlyConfigured(f"LOG_FORMAT must be plain or json, got {LOG_FORMAT!r}")
+LOGGING["handlers"]["console"]["formatter"] = LOG_FORMAT
+CORS_EXPOSE_HEADERS += ["X-Request-ID"]

@@ -1,4 +1,10 @@
-"""The ledger sweeper: charges nobody settled are refunded, expired Idempotency-Key claims dropped.
+"""The ledger sweeper: settlements the database refused are retried, charges nobody settled are
+refunded, expired Idempotency-Key claims dropped.
+
+A settlement that fails twice (the database is restarting or down) is handed to
+``settle_later``: a background thread of the process tries it again every
+SETTLE_RETRY_SECONDS, so the charge is completed (or refunded) moments after the
+database is back instead of holding the key's maxConcurrent until the sweeper.
 
 A charge stays pending only while its request runs. One still pending after
 LEDGER_STALE_SECONDS (longer than any upstream call or stream may last) belongs to
@@ -13,11 +19,12 @@ claim in the shared cache, in a background thread so no request waits for it.
 import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import close_old_connections, connection
+from django.db import DatabaseError, close_old_connections, connection
 from django.utils import timezone
 
 from gateway import metering
@@ -27,7 +34,47 @@ from models_catalog.models import AiModel
 log = logging.getLogger("gateway.ledger")
 
 BATCH = 500
+SETTLE_RETRY_SECONDS = 1.0
 _next_sweep = 0.0
+_retries: list[tuple[Callable[[], object], str, float]] = []  # (settlement, what it is, give up after)
+_retries_lock = threading.Lock()
+_retrier: threading.Thread | None = None
+
+
+def settle_later(settle: Callable[[], object], *, what: str) -> None:
+    """Try a settlement again in the background until it goes through, for at most LEDGER_STALE_SECONDS
+    (after which the sweeper refunds the charge anyway)."""
+    global _retrier
+    with _retries_lock:
+        _retries.append((settle, what, time.monotonic() + settings.LEDGER_STALE_SECONDS))
+        if _retrier is None:
+            _retrier = threading.Thread(target=_retry_settlements, name="settle-retry", daemon=True)
+            _retrier.start()
+
+
+def _retry_settlements() -> None:
+    global _retrier
+    while True:
+        time.sleep(SETTLE_RETRY_SECONDS)
+        with _retries_lock:
+            waiting = list(_retries)
+        for item in waiting:
+            settle, what, give_up = item
+            try:
+                settle()
+                log.info("%s: settled on a later try", what)
+            except DatabaseError:
+                if time.monotonic() < give_up:
+                    continue
+                log.error("%s: given up after %ss; the sweeper refunds it", what, settings.LEDGER_STALE_SECONDS)
+            finally:
+                connection.close()  # a fresh connection for the next try
+            with _retries_lock:
+                _retries.remove(item)
+        with _retries_lock:
+            if not _retries:
+                _retrier = None  # under the lock: settle_later starts a new thread for the next one
+                return
 
 
 def settle_stale(*, older_than: float) -> int:

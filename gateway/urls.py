@@ -2,6 +2,8 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from gateway.metrics import metrics_view
+
 urlpatterns = [
     # Before the staff admin site: its catch-all would otherwise swallow /admin/update-key and friends.
     path("", include("keys.urls")),
@@ -12,6 +14,7 @@ urlpatterns = [
     path("", include("models_catalog.urls")),
     path("", include("community.urls")),
     path("", include("utils_app.urls")),
+    path("metrics", metrics_view, name="metrics"),  # off (404) unless METRICS_TOKEN or METRICS_ALLOW is set
 ]
 
 handler400 = "utils_app.errors.handler400"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from rest_framework.throttling import BaseThrottle
 
 from keys.models import ApiKey
-from utils_app import windows
+from utils_app import metrics, windows
 from utils_app.errors import RateLimited
 
 PERIODS = {"rpm": 60, "rph": 3600}
@@ -43,6 +43,7 @@ def enforce(key: ApiKey) -> LimitState:
     for name, window in zip(PERIODS, counted):
         limit = getattr(key, name)
         if window.count > limit:
+            metrics.limit_rejected(name)
             raise RateLimited(
                 f"Rate limit reached: {limit} requests per {'minute' if name == 'rpm' else 'hour'}.",
                 param=name, retry_after=window.reset_seconds, headers=state.headers())

@@ -111,6 +111,8 @@ class UsageEvent(models.Model):
     latency_ms = models.PositiveIntegerField(default=0)
     provider = models.CharField(max_length=64, blank=True, help_text="Provider that answered (or failed last).")
     created_at = models.DateTimeField(db_index=True)
+    request_id = models.CharField(max_length=128, blank=True, default="",
+                                  help_text="X-Request-ID of the request, copied from its ledger charge row.")
 
     objects = UsageEventQuerySet.as_manager()
 

@@ -1,4 +1,4 @@
-"""The project's own middleware: the body size limit, and the browser middleware kept off the API.
+"""The project's own middleware: request ids, the body size limit, and the browser middleware kept off the API.
 
 Sessions, CSRF, the staff login and flash messages serve the admin UI and the landing
 page. The JSON API (API_PATH_PREFIXES: ``/v1/`` and ``/utils/``) authenticates with
@@ -7,13 +7,83 @@ nothing but cost time on every metered request. The subclasses below run Django'
 own middleware everywhere else, unchanged; being subclasses, they also satisfy the
 admin's checks that the originals are installed.
 """
+import time
+
 from django.conf import settings
 from django.contrib.auth.middleware import AuthenticationMiddleware as DjangoAuthenticationMiddleware
 from django.contrib.messages.middleware import MessageMiddleware as DjangoMessageMiddleware
 from django.contrib.sessions.middleware import SessionMiddleware as DjangoSessionMiddleware
 from django.middleware.csrf import CsrfViewMiddleware as DjangoCsrfViewMiddleware
 
+from utils_app import logging as request_log
+from utils_app import metrics
 from utils_app.errors import GatewayError, json_error
+from utils_app.request_ids import request_id
+
+
+class RequestIdMiddleware:
+    """Every request's id on its response and in its log lines; its metrics and summary line when it ends.
+
+    First in MIDDLEWARE, so every answer carries X-Request-ID, the 413 of the size
+    limit and the 404 of an unknown path included. A stream ends after this returns:
+    its count and summary line wait for its last event, or for the server closing it.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        line = request_log.begin(request_id(request), method=request.method)
+        response = self.get_response(request)
+        response["X-Request-ID"] = line.request_id
+        match = getattr(request, "resolver_match", None)
+        line.operation = (match.url_name if match else None) or "other"
+        if is_api_path(request):
+            # Set by bearer authentication; on these paths nothing else sets request.user.
+            line.key = getattr(vars(request).get("user"), "prefix", "") or ""
+        metrics.response_ready(operation=line.operation, seconds=time.perf_counter() - line.started,
+                               upstream_seconds=line.upstream_seconds)
+        if _relayed(response):
+            response.streaming_content = _EndsWith(response.streaming_content,
+                                                   lambda: _finish(line, response.status_code))
+        else:
+            _finish(line, response.status_code)
+        return response
+
+
+def _relayed(response) -> bool:
+    # A served file (FileResponse) is left alone: wrapping it would cost the server's sendfile.
+    return response.streaming and not response.is_async and getattr(response, "file_to_stream", None) is None
+
+
+def _finish(line: request_log.RequestLine, status: int) -> None:
+    status = line.status or status
+    metrics.request_answered(operation=line.operation, model=line.model, status=status)
+    request_log.write(line, status)
+
+
+class _EndsWith:
+    """A streamed body that calls ``finish`` once: after its last chunk, or when the server closes it early."""
+
+    def __init__(self, chunks, finish):
+        self._chunks = iter(chunks)
+        self._finish = finish
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            return next(self._chunks)
+        except StopIteration:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        # Django closes the original body (which settles an unfinished stream) before this one.
+        finish, self._finish = self._finish, None
+        if finish is not None:
+            finish()
 
 
 class BodySizeLimitMiddleware:

@@ -178,3 +178,28 @@ def test_a_tier_changed_in_another_process_is_checked_by_the_charge(client, seed
     assert_error(post(client, "/v1/chat/completions", HELLO, secret), 403, "model_not_allowed", "permission_error")
     assert ApiKey.objects.get(pk=key.pk).credits == 9
     assert charges(key).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_settlement_refused_twice_is_completed_in_the_background_once_the_database_is_back(
+        client, seeded, free_key, monkeypatch):
+    from gateway import sweeper
+    from tests.gateway.conftest import wait_for
+
+    key, secret = free_key
+    monkeypatch.setattr(sweeper, "SETTLE_RETRY_SECONDS", 0.05)
+    real_complete, refusals = metering.complete, [3]
+
+    def database_coming_back(**kwargs):
+        if refusals[0]:
+            refusals[0] -= 1
+            raise OperationalError("the database system is starting up")
+        return real_complete(**kwargs)
+
+    monkeypatch.setattr(metering, "complete", database_coming_back)
+    assert post(client, "/v1/chat/completions", HELLO, secret).status_code == 200
+    assert wait_for(lambda: charges(key).get().status == "completed", timeout=10)
+    key.refresh_from_db()
+    assert (key.credits, key.in_flight) == (99, 0)
+    assert UsageEvent.objects.filter(key=key, success=True).count() == 1
+    assert mismatches() == []

@@ -121,3 +121,16 @@ def test_requests_to_one_provider_reuse_a_kept_alive_connection(client, fake_mod
     ports = {call.peer_port for call in upstream.posts()}
     assert len(upstream.posts()) == 3
     assert len(ports) == 1
+
+
+def test_the_request_id_is_sent_upstream_with_a_call_and_a_stream(client, fake_models, upstream, free_key):
+    from tests.gateway.conftest import chat_completion, chunk
+
+    _, secret = free_key
+    upstream.json("/chat/completions", chat_completion())
+    body = {"model": "fake-chat", "messages": [{"role": "user", "content": "Hello"}]}
+    assert post(client, "/v1/chat/completions", body, secret, HTTP_X_REQUEST_ID="call-1").status_code == 200
+    upstream.sse("/chat/completions", [chunk("hi"), "[DONE]"])
+    stream = post(client, "/v1/chat/completions", {**body, "stream": True}, secret, HTTP_X_REQUEST_ID="stream-1")
+    b"".join(stream.streaming_content)
+    assert [call.headers.get("X-Request-ID") for call in upstream.posts()] == ["call-1", "stream-1"]

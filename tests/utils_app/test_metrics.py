@@ -1,0 +1,102 @@
+"""Who may read /metrics, what it answers everyone else, and what counting a request costs."""
+import ipaddress
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "scrape-token-0123456789abcdef"
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def metrics_off(settings, monkeypatch):
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    settings.METRICS_TOKEN = ""
+    settings.METRICS_ALLOW = ()
+    settings.TRUSTED_PROXIES = ()
+
+
+def networks(*items) -> tuple:
+    return tuple(ipaddress.ip_network(item) for item in items)
+
+
+def test_without_a_token_or_an_allow_list_there_is_no_metrics_endpoint(client):
+    response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+    assert response["X-Request-ID"]
+
+
+def test_the_token_opens_it_and_anything_else_is_refused(client, settings):
+    settings.METRICS_TOKEN = TOKEN
+    for headers in ({}, {"HTTP_AUTHORIZATION": "Bearer wrong"}, {"HTTP_AUTHORIZATION": f"Basic {TOKEN}"},
+                    {"HTTP_AUTHORIZATION": f"Bearer {TOKEN}x"}):
+        refused = client.get("/metrics", **headers)
+        assert refused.status_code == 403
+        assert refused.json()["error"]["code"] == "metrics_forbidden"
+        assert TOKEN not in refused.content.decode()
+    response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert response.status_code == 200
+    assert b"# TYPE gateway_requests_total counter" in response.content
+    assert response["Cache-Control"] == "no-store"
+
+
+def test_an_allowed_address_needs_no_token_and_another_one_is_refused(client, settings):
+    settings.METRICS_ALLOW = networks("10.0.0.0/8", "192.0.2.7")
+    assert client.get("/metrics", REMOTE_ADDR="10.1.2.3").status_code == 200
+    assert client.get("/metrics", REMOTE_ADDR="192.0.2.7").status_code == 200
+    assert client.get("/metrics", REMOTE_ADDR="192.0.2.8").status_code == 403
+    assert client.get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 403
+
+
+def test_behind_a_trusted_proxy_the_real_client_address_is_checked(client, settings):
+    settings.TRUSTED_PROXIES = networks("10.0.0.0/8")
+    settings.METRICS_ALLOW = networks("10.0.0.0/8")
+    # The proxy itself is allowed, but it forwards a request from outside: refused.
+    assert client.get("/metrics", REMOTE_ADDR="10.0.0.2", HTTP_X_FORWARDED_FOR="203.0.113.9").status_code == 403
+    # A client that names an allowed address itself is not believed: the proxy appended the real one.
+    assert client.get("/metrics", REMOTE_ADDR="10.0.0.2",
+                      HTTP_X_FORWARDED_FOR="10.9.9.9, 203.0.113.9").status_code == 403
+    settings.METRICS_ALLOW = networks("203.0.113.0/24")
+    assert client.get("/metrics", REMOTE_ADDR="10.0.0.2", HTTP_X_FORWARDED_FOR="203.0.113.9").status_code == 200
+
+
+def test_a_scraper_that_asks_for_openmetrics_gets_it_and_other_methods_are_refused(client, settings):
+    settings.METRICS_TOKEN = TOKEN
+    response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}",
+                          HTTP_ACCEPT="application/openmetrics-text; version=1.0.0")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("application/openmetrics-text")
+    assert response.content.endswith(b"# EOF\n")
+    assert client.post("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 405
+
+
+COST = """
+import timeit
+from utils_app import metrics
+
+def one_request():
+    # What a completed, non-streamed metered request counts.
+    metrics.response_ready(operation="chat-completions", seconds=0.01, upstream_seconds=0.008)
+    metrics.upstream_called(provider="local", seconds=0.008)
+    metrics.settled(model="local-chat", credits=1, input_tokens=12, output_tokens=30)
+    metrics.request_answered(operation="chat-completions", model="local-chat", status=200)
+
+rounds = 2000
+print(min(timeit.repeat(one_request, number=rounds, repeat=5)) / rounds)
+"""
+
+
+def test_counting_one_request_in_multiprocess_mode_costs_less_than_a_twentieth_of_a_millisecond(tmp_path):
+    done = subprocess.run([sys.executable, "-c", "import django; django.setup()\n" + COST], cwd=ROOT,
+                          env={**os.environ, "DJANGO_SETTINGS_MODULE": "gateway.settings",
+                               "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    seconds = float(done.stdout.split()[-1])
+    assert seconds < 0.05e-3, f"{seconds * 1e6:.1f} µs per request"
+    assert {"counter", "histogram"} <= {path.name.split("_")[0] for path in tmp_path.glob("*.db")}

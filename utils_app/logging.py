@@ -1,0 +1,116 @@
+"""What the logs say about a request: its id on every line, and one summary line when it ends.
+
+The request id lives in a context variable set by utils_app.middleware.RequestIdMiddleware.
+A context variable, not a thread-local or an attribute of the request, because a log
+line is written far from any request object (the upstream client, the metering), and
+because it is right under both of the service's worker kinds: gthread workers run one
+request per thread, and gevent, whose greenlets each have their own context, runs one
+per greenlet. Threads the service starts itself (the ledger sweeper) begin with an
+empty context, so their lines carry no request's id.
+
+``RequestLine`` gathers what the summary line reports as the request goes on (the
+metering fills in the model, tokens and credits); the middleware writes it once, when
+the response has been sent, or for a stream when the stream ends. Only the key's
+display prefix is ever in it, never the secret.
+"""
+import contextvars
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+log = logging.getLogger("gateway.requests")
+
+
+@dataclass
+class RequestLine:
+    request_id: str
+    method: str = ""
+    operation: str = ""  # the route's name: a bounded set
+    model: str = ""  # a catalog model id, once the request resolved one
+    key: str = ""  # the key's display prefix
+    status: int | None = None  # a failure's status, set by the metering (a stream already answered 200)
+    credits: int = 0  # credits the request was charged for good (refunds leave 0)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    upstream_seconds: float = 0.0
+    started: float = field(default_factory=time.perf_counter)
+
+    def fields(self, status: int) -> dict:
+        return {"key": self.key, "method": self.method, "operation": self.operation, "model": self.model,
+                "status": status, "credits": self.credits, "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens, "upstream_ms": round(self.upstream_seconds * 1000, 1),
+                "total_ms": round((time.perf_counter() - self.started) * 1000, 1)}
+
+
+_current: contextvars.ContextVar[RequestLine | None] = contextvars.ContextVar("gateway_request", default=None)
+
+
+def begin(request_id: str, *, method: str = "") -> RequestLine:
+    """Start the line of a new request in the current context (the request's thread or greenlet)."""
+    line = RequestLine(request_id=request_id, method=method)
+    # Not reset when the request ends: Django logs a failed request's status after the
+    # middleware returned, and that line should carry the id too. The next request replaces it.
+    _current.set(line)
+    return line
+
+
+def current() -> RequestLine | None:
+    return _current.get()
+
+
+def current_request_id() -> str:
+    """The id of the request being served here, or "" outside any request."""
+    line = _current.get()
+    return line.request_id if line is not None else ""
+
+
+def write(line: RequestLine, status: int) -> None:
+    """The request's one summary line, under its own id whatever the context holds when a stream ends."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    fields = line.fields(status)
+    log.info("%s %s %s %s credits=%s tokens=%s/%s upstream=%sms total=%sms key=%s", fields["method"],
+             fields["operation"] or "-", fields["model"] or "-", status, fields["credits"], fields["input_tokens"],
+             fields["output_tokens"], fields["upstream_ms"], fields["total_ms"], fields["key"] or "-",
+             extra={"request_fields": fields, "request_id": line.request_id})
+
+
+class RequestIdFilter(logging.Filter):
+    """Puts the current request's id on every record a handler writes ("-" outside a request)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "request_id"):
+            record.request_id = current_request_id() or "-"
+        return True
+
+
+def _request_id_of(record: logging.LogRecord) -> str | None:
+    found = getattr(record, "request_id", None)
+    if found is None:  # a handler without RequestIdFilter
+        found = current_request_id()
+    return found if found and found != "-" else None
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: time, level, logger, request id, message, and the summary's fields.
+
+    Only those: attributes other code puts on a record (Django adds the whole request
+    object to its own) are left out, so nothing a client sent ends up in the logs by accident.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": datetime.fromtimestamp(record.created, tz=timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "request_id": _request_id_of(record),
+            "message": record.getMessage(),
+        }
+        entry.update(getattr(record, "request_fields", None) or {})
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(entry, ensure_ascii=False, default=str)

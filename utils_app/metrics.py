@@ -1,0 +1,147 @@
+"""The service's Prometheus metrics: what is counted, the calls that count it, and who may read them.
+
+Under gunicorn every worker counts in its own memory-mapped files in
+PROMETHEUS_MULTIPROC_DIR (gateway/gunicorn_conf.py sets it and empties it at start),
+and a scrape, whichever worker answers it, adds up the files of all of them, those
+of workers that have since exited included. Without that variable (runserver,
+management commands, tests) the counts are the process's own.
+
+The calls below run on the request path, so they do nothing but a few float
+additions in those mmapped files: no I/O, no query, no network (about 15 µs per
+request in all; docs/operations.md). Label values come only from bounded sets:
+route names, catalog model ids, provider names, HTTP statuses and fixed words.
+Never a key, a prefix or a request id: each distinct value is a series that
+Prometheus keeps, and a key in a label would be a secret in the monitoring system.
+"""
+import hmac
+import ipaddress
+import os
+
+from django.conf import settings
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from utils_app.limits import client_address
+
+# The gateway's own share of a request is around a millisecond; an upstream's, seconds.
+ADDED_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+UPSTREAM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)
+
+REQUESTS = Counter("gateway_requests", "Requests answered, by operation (the route's name), catalog model "
+                   "and HTTP status; a stream counts when it ends, with its error's status if it failed midway.",
+                   ["operation", "model", "status"])
+ADDED_LATENCY = Histogram("gateway_added_latency_seconds", "Time the gateway spent on a request until its "
+                          "response (for a stream: its headers) was ready, upstream calls excluded.",
+                          ["operation"], buckets=ADDED_BUCKETS)
+UPSTREAM_LATENCY = Histogram("gateway_upstream_latency_seconds", "Duration of each upstream call until its "
+                             "answer (for a stream: its first chunk), failed ones included.", ["provider"],
+                             buckets=UPSTREAM_BUCKETS)
+CREDITS_CHARGED = Counter("gateway_credits_charged", "Credits of requests settled as completed (what the "
+                          "usage records count).", ["model"])
+CREDITS_REFUNDED = Counter("gateway_credits_refunded", "Credits given back by refunds of failed or "
+                           "abandoned requests.", ["model"])
+TOKENS = Counter("gateway_tokens", "Tokens of completed requests, in (prompt) and out (completion).",
+                 ["model", "direction"])
+LIMIT_REJECTIONS = Counter("gateway_limit_rejections", "Requests refused with 429 by a key's limit: rpm, rph "
+                           "or maxConcurrent.", ["param"])
+UPSTREAM_ERRORS = Counter("gateway_upstream_errors", "Failed upstream calls, by provider and kind: timeout, "
+                          "unavailable (5xx, unreachable, unusable answer), rate_limited, rejected (4xx), "
+                          "internal.", ["provider", "kind"])
+OPEN_STREAMS = Gauge("gateway_open_streams", "Event streams being relayed right now.",
+                     multiprocess_mode="livesum")
+
+
+# ---------------------------------------------------------------- counting (the request path)
+
+# prometheus_client's labels() validates and locks on every call (about 2 µs, as much as the
+# count itself); the label sets are bounded, so each metric's children are kept here by value.
+_children: dict = {}
+
+
+def _child(metric, *values: str):
+    found = _children.get((metric, values))
+    if found is None:
+        found = _children[(metric, values)] = metric.labels(*values)
+    return found
+
+
+def request_answered(*, operation: str, model: str, status: int) -> None:
+    _child(REQUESTS, operation, model, str(status)).inc()
+
+
+def response_ready(*, operation: str, seconds: float, upstream_seconds: float) -> None:
+    _child(ADDED_LATENCY, operation).observe(max(0.0, seconds - upstream_seconds))
+
+
+def upstream_called(*, provider: str, seconds: float) -> None:
+    _child(UPSTREAM_LATENCY, provider).observe(seconds)
+
+
+def upstream_failed(*, provider: str, kind: str) -> None:
+    _child(UPSTREAM_ERRORS, provider, kind).inc()
+
+
+def settled(*, model: str, credits: int, input_tokens: int, output_tokens: int) -> None:
+    _child(CREDITS_CHARGED, model).inc(credits)
+    if input_tokens:
+        _child(TOKENS, model, "in").inc(input_tokens)
+    if output_tokens:
+        _child(TOKENS, model, "out").inc(output_tokens)
+
+
+def refunded(*, model: str, credits: int) -> None:
+    _child(CREDITS_REFUNDED, model).inc(credits)
+
+
+def limit_rejected(param: str) -> None:
+    _child(LIMIT_REJECTIONS, param).inc()
+
+
+def reset() -> None:
+    """Every count of this process back to nothing (tests; in multiprocess mode the files hold the counts)."""
+    _children.clear()
+    for metric in (REQUESTS, ADDED_LATENCY, UPSTREAM_LATENCY, CREDITS_CHARGED, CREDITS_REFUNDED, TOKENS,
+                   LIMIT_REJECTIONS, UPSTREAM_ERRORS):
+        metric.clear()
+    OPEN_STREAMS.set(0)
+
+
+# ---------------------------------------------------------------- the scrape
+
+def enabled() -> bool:
+    """/metrics exists only once someone may read it: METRICS_TOKEN or METRICS_ALLOW is set."""
+    return bool(settings.METRICS_TOKEN or settings.METRICS_ALLOW)
+
+
+def may_read(request) -> bool:
+    """The bearer token, or a client address in METRICS_ALLOW (behind TRUSTED_PROXIES: the real client's)."""
+    token = settings.METRICS_TOKEN
+    if token:
+        scheme, _, offered = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(offered.strip().encode(), token.encode()):
+            return True
+    if settings.METRICS_ALLOW:
+        try:
+            address = ipaddress.ip_address(client_address(request))
+        except ValueError:
+            return False
+        return any(address in network for network in settings.METRICS_ALLOW)
+    return False
+
+
+def exposition(*, collectors: tuple = (), accept: str = "") -> tuple[bytes, str]:
+    """The scrape's body and content type (OpenMetrics when the scraper asks for it).
+
+    ``collectors`` read live values at scrape time (the database pool, the ledger).
+    """
+    registry = CollectorRegistry(auto_describe=False)
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if directory:
+        MultiProcessCollector(registry, path=directory)
+    else:
+        registry.register(REGISTRY)  # this process's metrics, with its process and GC figures
+    for collector in collectors:
+        registry.register(collector)
+    encoder, content_type = choose_encoder(accept)
+    return encoder(registry), content_type

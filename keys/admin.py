@@ -13,11 +13,12 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from keys.forms import AddCreditsForm, ApiKeyChangeForm, ChangeTierForm, IssueKeyForm, RefillForm
 from keys import ledger
+from keys.forms import AddCreditsForm, ApiKeyChangeForm, ChangeTierForm, IssueKeyForm, RefillForm
 from keys.models import SECRET_PREFIX, ApiKey, AuditLog, LedgerEntry, digest_secret
 from keys.services import set_active, update_key
 from models_catalog.dashboard import key_usage
+from utils_app.admin import ReadOnlyAdmin
 from utils_app.errors import InvalidRequest
 
 admin.site.site_header = "Model gateway staff"
@@ -293,9 +294,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
 
 @admin.register(LedgerEntry)
-class LedgerEntryAdmin(admin.ModelAdmin):
-    """Read-only: the ledger is written only by the changes it records."""
-
+class LedgerEntryAdmin(ReadOnlyAdmin):
     list_display = ("created_at", "key_link", "kind", "signed_amount", "balance_after", "status", "operation",
                     "model", "request_id", "actor")
     list_filter = ("kind", "status", KeyFilter)
@@ -315,18 +314,9 @@ class LedgerEntryAdmin(admin.ModelAdmin):
     def signed_amount(self, entry):
         return f"{entry.amount:+d}"
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(AuditLog)
-class AuditLogAdmin(admin.ModelAdmin):
+class AuditLogAdmin(ReadOnlyAdmin):
     list_display = ("created_at", "actor", "action", "key_link", "summary")
     list_filter = ("action", KeyFilter)
     search_fields = ("actor", "^key_prefix")
@@ -347,15 +337,6 @@ class AuditLogAdmin(admin.ModelAdmin):
     @admin.display(description="change")
     def summary(self, entry):
         return describe_change(entry.before, entry.after)
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 def describe_change(before, after) -> str:

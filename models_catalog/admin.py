@@ -27,6 +27,7 @@ from models_catalog import dashboard
 from models_catalog.access import access_matrix, set_access
 from models_catalog.catalog import secret_env_allowed, secret_env_problem
 from models_catalog.models import AiModel, Provider, UsageEvent
+from utils_app.admin import ReadOnlyAdmin
 from utils_app.env import env_str
 from utils_app.errors import InvalidRequest
 
@@ -274,7 +275,7 @@ class StatusFilter(admin.SimpleListFilter):
 
 
 @admin.register(UsageEvent)
-class UsageEventAdmin(admin.ModelAdmin):
+class UsageEventAdmin(ReadOnlyAdmin):
     list_display = ("created_at", "key_link", "model", "operation", "status", "success", "input_tokens",
                     "output_tokens", "credits_charged", "latency_ms", "provider")
     list_filter = (SinceFilter, "model", "operation", "success", StatusFilter, KeyFilter)
@@ -300,15 +301,6 @@ class UsageEventAdmin(admin.ModelAdmin):
         # events by key id over the (key, created_at) index.
         key_ids = list(ApiKey.objects.filter(prefix__startswith=term[:16]).values_list("pk", flat=True)[:1000])
         return queryset.filter(key_id__in=key_ids), False
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     def get_urls(self):
         return [path("dashboard/", self.admin_site.admin_view(self.dashboard_view),

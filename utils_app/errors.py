@@ -23,7 +23,8 @@ class GatewayError(Exception):
     code = "internal_error"
 
     def __init__(self, message: str, *, code: str | None = None, param: str | None = None,
-                 status: int | None = None, type: str | None = None, headers: dict | None = None):
+                 status: int | None = None, type: str | None = None, headers: dict | None = None,
+                 retry_after: int | None = None):
         super().__init__(message)
         self.message = message
         if code is not None:
@@ -34,6 +35,8 @@ class GatewayError(Exception):
             self.type = type
         self.param = param
         self.headers = headers or {}
+        if retry_after is not None:  # when the client may try again (429, 503)
+            self.headers["Retry-After"] = str(max(1, int(retry_after)))
 
     def body(self) -> dict:
         return error_body(self.message, self.type, self.code, self.param)
@@ -79,9 +82,7 @@ class RateLimited(GatewayError):
     code = "rate_limit_exceeded"
 
     def __init__(self, message: str, *, retry_after: int, **kwargs):
-        headers = kwargs.pop("headers", {}) or {}
-        headers["Retry-After"] = str(max(1, int(retry_after)))
-        super().__init__(message, headers=headers, **kwargs)
+        super().__init__(message, retry_after=retry_after, **kwargs)
 
 
 class ConcurrencyLimited(RateLimited):
@@ -109,9 +110,7 @@ class ServiceUnavailable(GatewayError):
 
     def __init__(self, message: str = "The service is briefly unable to reach its database; retry shortly.",
                  *, retry_after: int = 2, **kwargs):
-        headers = kwargs.pop("headers", {}) or {}
-        headers["Retry-After"] = str(retry_after)
-        super().__init__(message, headers=headers, **kwargs)
+        super().__init__(message, retry_after=retry_after, **kwargs)
 
 
 class UpstreamError(GatewayError):

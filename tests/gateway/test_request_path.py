@@ -9,7 +9,15 @@ from django.db import OperationalError
 
 from keys.ledger import mismatches
 from keys.models import ApiKey
-from tests.gateway.conftest import UPSTREAM_SECRET, LOCAL_BODIES, assert_error, chat_completion, gunicorn, post
+from tests.gateway.conftest import (
+    LOCAL_BODIES,
+    UPSTREAM_SECRET,
+    assert_error,
+    chat_completion,
+    gunicorn,
+    post,
+    wait_for,
+)
 
 HELLO = [{"role": "user", "content": "Hello"}]
 
@@ -19,6 +27,13 @@ def chat(base: str, secret: str, model: str = "local-chat") -> requests.Response
                          headers={"Authorization": f"Bearer {secret}"}, timeout=30)
 
 
+def pool_in_use(base: str) -> float:
+    """The answering worker's pooled connections lent out right now, from its /metrics."""
+    scrape = requests.get(f"{base}/metrics", headers={"Authorization": "Bearer scrape-me"}, timeout=10).text
+    [line] = [line for line in scrape.splitlines() if line.startswith("gateway_db_pool_connections_in_use ")]
+    return float(line.split()[1])
+
+
 @pytest.mark.postgres
 @pytest.mark.redis
 def test_slow_upstream_calls_hold_no_database_connection(transactional_db, fake_models, upstream, make_key, tmp_path,
@@ -26,13 +41,17 @@ def test_slow_upstream_calls_hold_no_database_connection(transactional_db, fake_
     monkeypatch.setenv("GATEWAY_UPSTREAM_FAKE_KEY", UPSTREAM_SECRET)
     key, secret = make_key(credits=100, max_credits=100, rpm=1000)
     ApiKey.objects.filter(pk=key.pk).update(max_concurrent=100)
-    upstream.json("/chat/completions", chat_completion(), delay=2.0)
-    # Two pooled connections for twenty requests that each wait two seconds on the upstream:
-    # holding a connection meanwhile, they would need twenty seconds and most would give up
-    # after the pool's five; without, they are all answered in a few seconds.
-    with gunicorn(tmp_path / "server", env={"DATABASE_POOL_SIZE": "2", "DATABASE_POOL_TIMEOUT": "5"}) as base:
+    upstream.json("/chat/completions", chat_completion(), delay=2.0)  # within the provider's 3 s deadline
+    # Twenty requests waiting on a slow upstream in one worker whose pool holds two connections:
+    # while they wait, none of them may hold one (the scrape takes its own afterwards).
+    with gunicorn(tmp_path / "server", env={"DATABASE_POOL_SIZE": "2", "DATABASE_POOL_TIMEOUT": "20",
+                                            "METRICS_TOKEN": "scrape-me"}) as base:
         with ThreadPoolExecutor(20) as pool:
-            responses = list(pool.map(lambda _: chat(base, secret, "fake-chat"), range(20)))
+            waiting = [pool.submit(chat, base, secret, "fake-chat") for _ in range(20)]
+            assert wait_for(lambda: len(upstream.posts()) == 20, timeout=15)  # all of them at the upstream
+            in_use = pool_in_use(base)
+            responses = [future.result() for future in waiting]
+    assert in_use == 0
     assert [response.status_code for response in responses] == [200] * 20
     key.refresh_from_db()
     assert (key.credits, key.in_flight) == (80, 0)

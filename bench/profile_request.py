@@ -190,7 +190,7 @@ def instrument_upstream() -> None:
 def setup_django(backend: str, workdir: Path) -> None:
     os.environ["GATEWAY_DATA_DIR"] = str(workdir / "data")
     os.environ["DJANGO_SETTINGS_MODULE"] = "gateway.settings"
-    os.environ.setdefault("BENCH_UPSTREAM_KEY", "sk-bench-upstream")
+    os.environ.setdefault("GATEWAY_UPSTREAM_BENCH_KEY", "sk-bench-upstream")
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     os.environ.pop("DATABASE_URL", None)
     os.environ.pop("REDIS_URL", None)

@@ -33,6 +33,7 @@ from models_catalog.models import AiModel, Provider
 from utils_app import logging as request_log
 from utils_app import metrics
 from utils_app.errors import AccessDenied, GatewayError, InvalidRequest, NotFound, UpstreamError, as_gateway_error
+from utils_app.db import release_connection
 from utils_app.request_ids import request_id
 
 log = logging.getLogger("gateway.metering")
@@ -49,18 +50,6 @@ class Outcome:
     content_type: str | None = None
     stream: Iterable[bytes] | None = None
     status: int = 200
-
-
-def release_database_connection() -> None:
-    """Give the request's PostgreSQL connection back to the pool until the settlement.
-
-    The upstream call can last seconds (a stream, minutes) and needs no database;
-    holding a pooled connection meanwhile would let a few slow calls starve every
-    other request. Inside a transaction (tests) nothing is released. SQLite has no
-    server connections to spare, so it keeps its own.
-    """
-    if connection.vendor == "postgresql" and not connection.in_atomic_block:
-        connection.close()
 
 
 class Meter:
@@ -253,7 +242,7 @@ def admit(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1
     amount = model.cost * units
     entry = metering.charge(key=key, model=model, operation=operation, amount=amount,
                             request_id=request_id(request), idempotency=claim)
-    release_database_connection()
+    release_connection(connection)  # the upstream call needs no database
     state = getattr(request, "limit_state", None)
     return Meter(key=key, model=model, operation=operation, entry=entry,
                  limit_headers=state.headers() if state else {}, chain=snapshot.providers_for(model), claim=claim,

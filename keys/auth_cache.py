@@ -13,9 +13,10 @@ pipeline updates ``credits`` on it.
 import time
 
 from django.conf import settings
-from django.db import router
+from django.db import connection, router
 
 from keys.models import ApiKey
+from utils_app.db import release_connection
 
 _FIELDS = [field.attname for field in ApiKey._meta.concrete_fields]
 _MAX_ENTRIES = 10_000  # beyond it the cache starts over: a bound on memory, not an eviction policy
@@ -29,6 +30,7 @@ def key_with_digest(digest: str) -> ApiKey | None:
     if hit is not None and hit[0] > now:
         return ApiKey.from_db(router.db_for_read(ApiKey), _FIELDS, hit[1])
     key = ApiKey.objects.filter(digest=digest).first()
+    release_connection(connection)  # the charge takes one again when it is due
     if key is None:
         _entries.pop(digest, None)
         return None

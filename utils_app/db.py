@@ -51,3 +51,16 @@ def ended_by_server(conn) -> bool:
         return True
     readable, _, _ = select.select([conn.fileno()], [], [], 0)
     return bool(readable)
+
+
+def release_connection(connection) -> None:
+    """Give a PostgreSQL connection back to its pool between a request's statements.
+
+    A request needs the database for a statement or two at a time, and waits in between
+    (on Redis, on the upstream, for the CPU among thousands of greenlets): holding a
+    pooled connection meanwhile would let a burst of requests starve every other one.
+    Inside a transaction (tests) nothing is released. SQLite keeps its connection: it has
+    no server connections to spare.
+    """
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        connection.close()

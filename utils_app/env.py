@@ -131,7 +131,7 @@ def database_from_url(url: str, *, data_dir: Path) -> dict:
         # DATABASE_POOL_TIMEOUT (utils_app.errors); dead connections are dropped before use.
         options["pool"] = {
             "min_size": 1,
-            "max_size": env_int("DATABASE_POOL_SIZE", 16, minimum=1),
+            "max_size": env_int("DATABASE_POOL_SIZE", 32, minimum=1),
             "timeout": env_float("DATABASE_POOL_TIMEOUT", 3.0, minimum=0.1),
         }
         return {

@@ -16,7 +16,7 @@ def test_database_url_postgres_is_parsed():
     assert (config["USER"], config["PASSWORD"], config["HOST"], config["PORT"], config["NAME"]) == (
         "ann", "p@ss", "db.internal", "6543", "gw")
     assert config["OPTIONS"]["sslmode"] == "require"
-    assert config["OPTIONS"]["pool"]["max_size"] == 16 and config["CONN_MAX_AGE"] == 0
+    assert config["OPTIONS"]["pool"]["max_size"] == 32 and config["CONN_MAX_AGE"] == 0
 
 
 @pytest.mark.parametrize("url", ["mysql://x/y", "postgres://host", "postgres://h:notaport/db", "sqlite://"])

@@ -13,9 +13,12 @@ the process queue on it and the next one runs as soon as the lock is free. Write
 in other processes (management commands) still meet SQLite's busy handler, and so
 does everything on PostgreSQL, where rows, not the database, are locked.
 """
-import select
 import threading
 from contextlib import contextmanager
+
+from gevent.monkey import get_original
+
+_poll, _POLLIN = get_original("select", ["poll", "POLLIN"])
 
 # As long as SQLite's own busy timeout (utils_app.env); past it the write goes ahead and
 # SQLite decides, as it did without this lock.
@@ -45,12 +48,15 @@ def ended_by_server(conn) -> bool:
 
     The server announces the end of a connection (an error message, then end of file), so
     a dead idle connection has bytes waiting on its socket while a healthy one has none: a
-    zero-timeout poll tells them apart with no round trip to the server.
+    zero-timeout poll tells them apart with no round trip to the server. poll, not select:
+    a busy worker's sockets have numbers past select's limit of 1024; and the unpatched one,
+    since gevent's monkey-patching removes poll from the select module.
     """
     if conn.closed:
         return True
-    readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    return bool(readable)
+    poller = _poll()
+    poller.register(conn.fileno(), _POLLIN)
+    return bool(poller.poll(0))
 
 
 def release_connection(connection) -> None:

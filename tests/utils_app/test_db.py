@@ -76,3 +76,22 @@ def test_the_pool_never_hands_out_a_connection_the_server_ended(transactional_db
             assert cursor.fetchone()[0] != doomed
     finally:
         other.close()
+
+
+@pytest.mark.postgres
+def test_a_connection_numbered_past_select_s_limit_is_checked_too(transactional_db):
+    import os
+
+    import psycopg
+
+    settings_dict = connection.settings_dict
+    pipes = [os.pipe() for _ in range(520)]  # a busy gevent worker holds thousands of sockets
+    try:
+        with psycopg.connect(host=settings_dict["HOST"] or "127.0.0.1", port=settings_dict["PORT"] or 5432,
+                             user=settings_dict["USER"], dbname=settings_dict["NAME"]) as conn:
+            assert conn.fileno() > 1024
+            assert not db.ended_by_server(conn)
+    finally:
+        for read_end, write_end in pipes:
+            os.close(read_end)
+            os.close(write_end)

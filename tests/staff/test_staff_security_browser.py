@@ -8,7 +8,7 @@ from django_otp.oath import TOTP
 from django_otp.plugins.otp_static.models import StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.expected_conditions import staleness_of
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.support.ui import WebDriverWait
 
 from keys.models import AuditLog
@@ -36,11 +36,23 @@ def sign_in(browser, live_server, password, code=""):
     submit(browser, "#login-form")
 
 
+def gone(element):
+    """The page has moved on from ``element``. Chromium reports a detached node either as a stale
+    element or as an inspector error ("does not belong to the document"): both mean it is gone."""
+    def check(_):
+        try:
+            element.is_enabled()
+        except WebDriverException:
+            return True
+        return False
+    return check
+
+
 def submit(browser, form_selector):
     """Submit and wait for the answer, so the next page load cannot cut the POST short."""
     form = browser.find_element(By.CSS_SELECTOR, form_selector)
     form.find_element(By.CSS_SELECTOR, "input[type=submit], button[type=submit]").click()
-    WebDriverWait(browser, 10).until(staleness_of(form))
+    WebDriverWait(browser, 10).until(gone(form))
 
 
 def sign_out(browser):
@@ -99,7 +111,7 @@ def test_a_superuser_enrols_an_authenticator_then_signs_in_with_its_code_and_a_r
     assert TOTPDevice.objects.get(user=alice).confirmed
     link = browser.find_element(By.LINK_TEXT, "I have kept them: continue")
     link.click()
-    WebDriverWait(browser, 10).until(staleness_of(link))
+    WebDriverWait(browser, 10).until(gone(link))
     assert on_the_staff_index(browser)
     sign_out(browser)
 

@@ -26,17 +26,25 @@ from utils_app.errors import IdempotencyConflict, IdempotencyMismatch, InvalidRe
 HEADER = "Idempotency-Key"
 _VALID = re.compile(r"^[\x20-\x7e]{1,255}$")
 REPLAYED = {"Idempotent-Replayed": "true"}
+_META = "gateway.idempotency"
 
 
 def from_request(request) -> Idempotency | None:
-    """The request's claim, when it sent the header: the key and a digest of what it asks."""
+    """The request's claim, when it sent the header: the key and a digest of what it asks.
+
+    Read once per request (the replay lookup and the charge both ask): the body is hashed once.
+    """
+    if _META in request.META:
+        return request.META[_META]
     raw = request.META.get("HTTP_IDEMPOTENCY_KEY")
-    if raw is None:
-        return None
-    if not _VALID.match(raw):
-        raise InvalidRequest(f"{HEADER} must be 1 to 255 printable ASCII characters.", param=HEADER)
-    digest = hashlib.sha256(request.path.encode() + b"\n" + request.body).hexdigest()
-    return Idempotency(key=raw, request_hash=digest)
+    claim = None
+    if raw is not None:
+        if not _VALID.match(raw):
+            raise InvalidRequest(f"{HEADER} must be 1 to 255 printable ASCII characters.", param=HEADER)
+        claim = Idempotency(key=raw, request_hash=hashlib.sha256(request.path.encode() + b"\n" +
+                                                                 request.body).hexdigest())
+    request.META[_META] = claim
+    return claim
 
 
 def expired_before():

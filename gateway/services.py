@@ -56,7 +56,7 @@ class Meter:
     """One admitted request: its pending charge, and the settlement that follows the upstream call."""
 
     def __init__(self, *, key: ApiKey, model: AiModel, operation: str, entry: int, limit_headers: dict,
-                 chain: list[Provider], claim: Idempotency | None, amount: int = 0):
+                 chain: list[Provider], claim: Idempotency | None, amount: int):
         self.key = key
         self.model = model
         self.operation = operation

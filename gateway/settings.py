@@ -199,7 +199,8 @@ CORS_EXPOSE_HEADERS = [
 # process-local, which is why the embedded default runs one gunicorn worker.
 RATELIMIT_USE_CACHE = "default"
 RATELIMIT_FAIL_OPEN = True
-# Our RedisCache (utils_app.cache) is atomic (SET NX + INCR) although the library does not list it;
+# Our Redis cache (utils_app.fastpath.ScriptedRedisCache, Django's with scripts) counts with SET NX + INCR
+# like Django's own, which the library supports but does not recognise under another class name;
 # local memory is flagged as not shared, which is the documented single-process default.
 SILENCED_SYSTEM_CHECKS = ["django_ratelimit.W001"] + ([] if SHARED_CACHE else ["django_ratelimit.E003"])
 

@@ -13,7 +13,6 @@ leaves it out of the validated data. DRF applies a field's default only to an ab
 member, not to a null one, so a serializer whose defaults must hold for null too
 merges them back in (as the gateway's image, speech and embeddings requests do).
 """
-import threading
 from collections.abc import Mapping
 
 from django.core.validators import RegexValidator
@@ -21,7 +20,8 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail, ValidationError
-from rest_framework.utils.serializer_helpers import BindingDict
+
+from utils_app.fastpath import SharedFields
 
 # PostgreSQL bigint: a larger figure would fail in the database as a 500, not a 400.
 BIGINT_MIN = -(2**63)
@@ -150,25 +150,7 @@ def optional(field_class, **kwargs):
 
 # ---------------------------------------------------------------- the strict base
 
-def _build_fields(serializer) -> BindingDict:
-    """What DRF's Serializer.fields does: deep-copy the declared fields and bind them to ``serializer``."""
-    fields = BindingDict(serializer)
-    for name, field in serializer.get_fields().items():
-        fields[name] = field
-    return fields
-
-
-def _build_nested_fields(field) -> None:
-    """Build the fields of every serializer below ``field`` now, so nothing is built lazily later."""
-    if isinstance(field, serializers.Serializer):
-        for child in field.fields.values():
-            _build_nested_fields(child)
-    child = getattr(field, "child", None)  # ListField and ListSerializer
-    if child is not None:
-        _build_nested_fields(child)
-
-
-class StrictSerializer(serializers.Serializer):
+class StrictSerializer(SharedFields, serializers.Serializer):
     """A serializer that refuses members it does not declare (code unknown_parameter)."""
     # The docstring above is also the OpenAPI description of every subclass without its own.
 
@@ -177,40 +159,7 @@ class StrictSerializer(serializers.Serializer):
     # extends it, so the schema never calls valid what the service refuses.
     schema_rules = {"additionalProperties": False}
 
-    # DRF deep-copies the declared fields for every serializer instance, so that one instance may
-    # change its fields without touching the others. Nothing here does that, and for the chat
-    # request the copy (some 30 fields, nested message serializers included) cost more than the
-    # validation itself. So a top-level request serializer binds its fields once per class, to a
-    # data-less instance of that class, and every later instance validates with those: fields
-    # keep no per-request state while validating. Serializers nested in another, or made with a
-    # context or partial=True (which fields read through their root), build their own as in DRF.
-    _shared_fields_lock = threading.Lock()
-
-    @property
-    def fields(self):
-        fields = self.__dict__.get("_bound_fields")
-        if fields is None:
-            if self.parent is None and not self.partial and not self._context:
-                fields = type(self)._class_fields()
-            else:
-                fields = _build_fields(self)
-            self.__dict__["_bound_fields"] = fields
-        return fields
-
-    @classmethod
-    def _class_fields(cls) -> BindingDict:
-        fields = cls.__dict__.get("_shared_fields")
-        if fields is None:
-            with StrictSerializer._shared_fields_lock:
-                fields = cls.__dict__.get("_shared_fields")
-                if fields is None:
-                    prototype = cls()
-                    fields = _build_fields(prototype)
-                    for field in fields.values():
-                        _build_nested_fields(field)
-                    prototype.__dict__["_bound_fields"] = fields
-                    cls._shared_fields = fields
-        return fields
+    # Validates with fields bound once per class (utils_app.fastpath.SharedFields).
 
     def to_internal_value(self, data):
         # Not a mapping: DRF's own "Expected a dictionary" error, not one error per character.

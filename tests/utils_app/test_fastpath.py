@@ -1,0 +1,73 @@
+"""Each shortcut of utils_app.fastpath returns what the plain path returns."""
+import pytest
+from django.conf import settings
+from django.core.cache import cache
+
+from gateway.serializers import ChatCompletionRequest, EmbeddingsRequest, ImageGenerationRequest
+from utils_app.fastpath import ScriptedRedisCache
+
+PAYLOADS = [
+    {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+    {"model": "m", "messages": [{"role": "system", "content": "be terse"}, {"role": "user", "content": "hi"}],
+     "temperature": 0.5, "max_tokens": 7, "stream": True, "stream_options": {"include_usage": True}},
+    {"model": "m", "messages": []},
+    {"model": "m", "messages": [{"role": "user", "content": 5}]},
+    {"model": "m", "messages": [{"role": "user", "content": "hi", "surprise": 1}]},
+    {"model": "m", "messages": "hello"},
+    {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": "hot"},
+    {"model": "m", "messages": [{"role": "user", "content": "hi"}], "n": None, "max_tokens": None},
+    {"messages": [{"role": "user", "content": "hi"}]},
+    {"model": "m", "input": "text", "dimensions": 8},
+    {"model": "m", "prompt": "a cat", "n": 2, "size": "256x256"},
+    {"model": "m", "prompt": "a cat", "size": "huge"},
+    [],
+]
+
+
+def _outcome(serializer_class, payload, **plain):
+    serializer = serializer_class(data=payload, **plain)
+    valid = serializer.is_valid()
+    return valid, (dict(serializer.validated_data) if valid else serializer.errors)
+
+
+@pytest.mark.parametrize("serializer_class", [ChatCompletionRequest, EmbeddingsRequest, ImageGenerationRequest])
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_shared_fields_validate_exactly_as_drfs_own_per_instance_fields(serializer_class, payload):
+    # A context makes SharedFields build the fields per instance, as plain DRF does.
+    shared = _outcome(serializer_class, payload)
+    plain = _outcome(serializer_class, payload, context={"plain": True})
+    assert shared == plain
+
+
+def test_shared_fields_are_bound_once_per_class_and_plain_ones_per_instance():
+    first, second = ChatCompletionRequest(data={}), ChatCompletionRequest(data={})
+    assert first.fields is second.fields
+    plain = ChatCompletionRequest(data={}, context={"plain": True})
+    assert plain.fields is not first.fields
+    assert plain.fields["messages"] is not first.fields["messages"]
+
+
+def test_validation_leaves_the_shared_fields_as_they_were():
+    fields = ChatCompletionRequest(data={}).fields
+    before = {name: vars(field).copy() for name, field in fields.items()}
+    for payload in PAYLOADS:
+        _outcome(ChatCompletionRequest, payload)
+    assert {name: vars(field) for name, field in fields.items()} == before
+
+
+@pytest.mark.skipif(not isinstance(cache, ScriptedRedisCache), reason="needs REDIS_URL (the Redis cache)")
+def test_run_script_answers_as_the_same_script_sent_with_plain_eval():
+    import redis
+
+    source = "return {redis.call('incrby', KEYS[1], ARGV[1]), redis.call('incrby', KEYS[2], ARGV[2])}"
+    keys = [cache.make_key("fastpath:a"), cache.make_key("fastpath:b")]
+    plain = redis.Redis.from_url(settings.CACHES["default"]["LOCATION"])
+    try:
+        plain.delete(*keys)
+        assert cache.run_script(source, keys=keys, args=[2, 3]) == [2, 3]
+        assert cache.run_script(source, keys=keys, args=[2, 3]) == [4, 6]  # sent by its SHA now
+        assert plain.eval(source, 2, *keys, 2, 3) == [6, 9]
+        assert [int(plain.get(key)) for key in keys] == [6, 9]
+    finally:
+        plain.delete(*keys)
+        plain.close()

@@ -13,7 +13,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from keys.ledger import pending_charges
 from utils_app import metrics
-from utils_app.errors import AccessDenied, GatewayError, json_error
+from utils_app.errors import AccessDenied, MethodNotAllowed, json_error
 
 log = logging.getLogger("gateway.metrics")
 
@@ -51,8 +51,7 @@ def metrics_view(request):
     if not metrics.enabled():
         raise Http404("No metrics here: set METRICS_TOKEN or METRICS_ALLOW.")
     if request.method not in ("GET", "HEAD"):
-        return json_error(GatewayError(f"Method {request.method} is not allowed here.", status=405,
-                                       type="invalid_request_error", code="method_not_allowed"))
+        return json_error(MethodNotAllowed(f"Method {request.method} is not allowed here."))
     if not metrics.may_read(request):
         return json_error(AccessDenied("Metrics need the METRICS_TOKEN bearer token or an address in "
                                        "METRICS_ALLOW.", code="metrics_forbidden"))

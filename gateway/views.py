@@ -15,7 +15,7 @@ from gateway import media, serializers, services
 from keys.auth import BearerKeyAuthentication, HasApiKey
 from keys.limits import KeyRequestLimits
 from keys.models import ApiKey
-from utils_app.errors import GatewayError, NotFound, json_error, parse_json_object
+from utils_app.errors import MethodNotAllowed, NotFound, json_error, parse_json_object
 from utils_app.schema import error_responses
 from utils_app.serializers import StrictSerializer
 
@@ -177,8 +177,7 @@ class EmbeddingsView(MeteredView):
 def serve_media(request, name: str):
     """A generated image or audio file. The random name is the credential; no key is needed."""
     if request.method not in ("GET", "HEAD"):
-        return json_error(GatewayError(f"Method {request.method} is not allowed here.", status=405,
-                                       type="invalid_request_error", code="method_not_allowed"))
+        return json_error(MethodNotAllowed(f"Method {request.method} is not allowed here."))
     found = media.open_file(name)  # opened at once: a purge between a lookup and the open is a 404
     if found is None:
         return json_error(NotFound("No such media file (it may have expired).", code="media_not_found"))

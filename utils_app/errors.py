@@ -70,6 +70,36 @@ class NotFound(GatewayError):
     code = "not_found"
 
 
+class Forbidden(GatewayError):
+    """Signed in, but not allowed here (staff and admin permissions; a model is AccessDenied)."""
+
+    status = 403
+    type = "permission_error"
+    code = "permission_denied"
+
+
+class MethodNotAllowed(GatewayError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
+class RequestTooLarge(GatewayError):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class ClientError(GatewayError):
+    """Any other 4xx that DRF raises (406 and the like), keeping DRF's status and code."""
+
+    type = "invalid_request_error"
+
+    def __init__(self, message: str, *, status: int, code: str):
+        super().__init__(message, code=code)
+        self.status = status
+
+
 class InsufficientCredits(GatewayError):
     status = 402
     type = "insufficient_credits_error"
@@ -117,6 +147,33 @@ class UpstreamError(GatewayError):
     status = 502
     type = "upstream_error"
     code = "upstream_unavailable"
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    code = "upstream_timeout"
+
+
+class UpstreamRateLimited(UpstreamError):
+    """The upstream's own 429, passed on when no fallback answered: its code and Retry-After kept."""
+
+    status = 429
+    type = "invalid_request_error"
+    code = "rate_limit_exceeded"
+
+
+class PlatformNotConfigured(GatewayError):
+    """A community lookup that needs the bot token, on a service without one."""
+
+    status = 503
+    type = "server_error"
+    code = "platform_not_configured"
+
+
+class PlatformTokenRejected(GatewayError):
+    status = 503
+    type = "server_error"
+    code = "platform_token_rejected"
 
 
 def error_body(message: str, type: str, code: str | None, param: str | None = None) -> dict:
@@ -178,23 +235,21 @@ def as_gateway_error(exc: Exception) -> GatewayError:
     if isinstance(exc, drf.UnsupportedMediaType):
         return InvalidRequest("The request body must be JSON.", code="invalid_json")
     if isinstance(exc, RequestDataTooBig):
-        return GatewayError("The request body is too large.", status=413,
-                            type="invalid_request_error", code="request_too_large")
+        return RequestTooLarge("The request body is too large.")
     if isinstance(exc, drf.NotAuthenticated):
         return AuthenticationError("Missing API key: send 'Authorization: Bearer <key>'.", code="missing_api_key")
     if isinstance(exc, drf.AuthenticationFailed):
         return AuthenticationError("Invalid API key.", code="invalid_api_key")
     if isinstance(exc, drf.MethodNotAllowed):
-        return GatewayError(str(exc.detail), status=405, type="invalid_request_error", code="method_not_allowed")
+        return MethodNotAllowed(str(exc.detail))
     if isinstance(exc, (drf.NotFound, Http404)):
         return NotFound("Not found.")
     if isinstance(exc, (drf.PermissionDenied, PermissionDenied)):
-        return GatewayError("Permission denied.", status=403, type="permission_error", code="permission_denied")
+        return Forbidden("Permission denied.")
     if isinstance(exc, drf.Throttled):
         return RateLimited("Too many requests.", retry_after=exc.wait or 1)
     if isinstance(exc, drf.APIException):
-        return GatewayError(str(exc.detail), status=exc.status_code, type="invalid_request_error",
-                            code=exc.default_code)
+        return ClientError(str(exc.detail), status=exc.status_code, code=exc.default_code)
     if isinstance(exc, (db.OperationalError, db.InterfaceError)):
         # The database restarting, down, or every pooled connection busy (psycopg_pool's
         # PoolTimeout arrives wrapped as OperationalError): the client may retry.
@@ -224,8 +279,7 @@ def handler400(request, exception=None):
 
 
 def handler403(request, exception=None):
-    return json_error(GatewayError("Permission denied.", status=403, type="permission_error",
-                                   code="permission_denied"))
+    return json_error(Forbidden("Permission denied."))
 
 
 def handler404(request, exception=None):

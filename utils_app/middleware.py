@@ -17,7 +17,7 @@ from django.middleware.csrf import CsrfViewMiddleware as DjangoCsrfViewMiddlewar
 
 from utils_app import logging as request_log
 from utils_app import metrics
-from utils_app.errors import GatewayError, json_error
+from utils_app.errors import RequestTooLarge, json_error
 from utils_app.request_ids import request_id
 
 
@@ -103,9 +103,7 @@ class BodySizeLimitMiddleware:
         except ValueError:
             length = 0
         if length > self.limit:
-            return json_error(GatewayError(
-                f"The request body is larger than {self.limit} bytes.", status=413,
-                type="invalid_request_error", code="request_too_large"))
+            return json_error(RequestTooLarge(f"The request body is larger than {self.limit} bytes."))
         return self.get_response(request)
 
 

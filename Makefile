@@ -29,7 +29,10 @@ serve: setup
 
 run: demo-key serve
 
+# The layers contract (.importlinter) first; --no-cache keeps its cache directory out of the tree
+# (building the import graph takes under a second).
 test: setup browser
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The browser tests drive Debian's headless Chromium: installed here when missing and

@@ -3,6 +3,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from gateway.metrics import metrics_view
+from gateway.site import LandingView
 
 urlpatterns = [
     # Before the staff admin site: its catch-all would otherwise swallow /admin/update-key and friends.
@@ -13,6 +14,8 @@ urlpatterns = [
     path("", include("gateway.operation_urls")),
     path("", include("models_catalog.urls")),
     path("", include("community.urls")),
+    # The landing page reads the catalog and the key tiers, so it lives up here (gateway/site.py).
+    path("", LandingView.as_view(), name="landing"),
     path("", include("utils_app.urls")),
     path("metrics", metrics_view, name="metrics"),  # off (404) unless METRICS_TOKEN or METRICS_ALLOW is set
 ]

@@ -17,7 +17,6 @@ from keys import ledger
 from keys.forms import AddCreditsForm, ApiKeyChangeForm, ChangeTierForm, IssueKeyForm, RefillForm
 from keys.models import SECRET_PREFIX, ApiKey, AuditLog, LedgerEntry, digest_secret
 from keys.services import set_active, update_key
-from models_catalog.dashboard import key_usage
 from utils_app.admin import ReadOnlyAdmin
 from utils_app.errors import InvalidRequest
 
@@ -201,16 +200,21 @@ class ApiKeyAdmin(admin.ModelAdmin):
             update_key(key=obj, changes=changes, actor=staff_actor(request), param_prefix="")
         obj.refresh_from_db()
 
+    def key_page_context(self, request, key) -> dict:
+        """What a key's page shows beside its form. An app above keys extends this in a subclass
+        (models_catalog/admin.py adds the usage panel), since keys may not import it."""
+        return {
+            "audit_url": reverse("admin:keys_auditlog_changelist") + f"?key={key.pk}",
+            "ledger": ledger.for_key(key),
+            "ledger_url": reverse("admin:keys_ledgerentry_changelist") + f"?key={key.pk}",
+            "can_change": self.has_change_permission(request, key),
+        }
+
     def change_view(self, request, object_id, form_url="", extra_context=None):
         key = self.get_object(request, object_id)
         extra = dict(extra_context or {})
         if key is not None:
-            extra["usage"] = key_usage(key)
-            extra["usage_url"] = reverse("admin:models_catalog_usageevent_changelist") + f"?key={key.pk}"
-            extra["audit_url"] = reverse("admin:keys_auditlog_changelist") + f"?key={key.pk}"
-            extra["ledger"] = ledger.for_key(key)
-            extra["ledger_url"] = reverse("admin:keys_ledgerentry_changelist") + f"?key={key.pk}"
-            extra["can_change"] = self.has_change_permission(request, key)
+            extra.update(self.key_page_context(request, key))
         # "Add another" would lead to the issue page, which is not a form to save into.
         extra["show_save_and_add_another"] = False
         return super().change_view(request, object_id, form_url, extra)

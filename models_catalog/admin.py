@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
-from keys.admin import KeyFilter, staff_actor
+from keys.admin import ApiKeyAdmin, KeyFilter, staff_actor
 from keys.models import TIER_CHOICES, TIERS, ApiKey
 from keys.services import audit
 from models_catalog import dashboard
@@ -315,3 +315,18 @@ class UsageEventAdmin(ReadOnlyAdmin):
             **self.admin_site.each_context(request), "opts": self.opts, "title": "Usage dashboard",
             "d": dashboard.overview(days=days),
         })
+
+
+# A key's page with its usage panel. Usage is this app's, and keys sits a floor below and may not
+# import it, so this floor takes over the key admin that keys registered and adds the panel.
+admin.site.unregister(ApiKey)
+
+
+@admin.register(ApiKey)
+class ApiKeyWithUsageAdmin(ApiKeyAdmin):
+    def key_page_context(self, request, key) -> dict:
+        return {
+            "usage": dashboard.key_usage(key),
+            "usage_url": reverse("admin:models_catalog_usageevent_changelist") + f"?key={key.pk}",
+            **super().key_page_context(request, key),
+        }

@@ -3,7 +3,6 @@ from django.urls import path
 from utils_app import views
 
 urlpatterns = [
-    path("", views.LandingView.as_view(), name="landing"),
     path("health", views.HealthView.as_view(), name="health"),
     path("utils/facts", views.FactsView.as_view(), name="facts"),
     path("v1/neko", views.NekoView.as_view(), name="neko"),

@@ -8,17 +8,12 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
 from django.http import HttpResponse
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
 from rest_framework import serializers
-from rest_framework.renderers import TemplateHTMLRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from keys.models import TIERS
-from models_catalog.catalog import snapshot
-from models_catalog.models import MODEL_TYPES
 from utils_app import neko
 from utils_app.limits import PublicAPIView, PublicRateThrottle
 from utils_app.models import Fact
@@ -135,51 +130,14 @@ class NekoView(PublicAPIView):
         return Response(neko.random_image())
 
 
-# ---------------------------------------------------------------- landing page
-
-def public_base_url(request) -> str:
-    return settings.PUBLIC_BASE_URL or request.build_absolute_uri("/").rstrip("/")
-
-
-def landing_context(request) -> dict:
-    """The catalog as the landing page shows it, read from the in-memory snapshot (no query when warm)."""
-    models = sorted(snapshot().models.values(),
-                    key=lambda model: (MODEL_TYPES.index(model.type), model.cost, model.model_id))
-    chat_models = [model for model in models if model.type == "chat"]
-    # The example names a model a new (free) key may call, so it works when pasted.
-    example = next((model for model in chat_models if model.allows_tier("free")),
-                   chat_models[0] if chat_models else None)
-    return {
-        "base_url": public_base_url(request),
-        "tiers": TIERS,
-        "models": [{"id": model.model_id, "type": model.type, "owned_by": model.owned_by, "cost": model.cost,
-                    "per_image": model.type == "image",
-                    "access": [model.allows_tier(tier) for tier in TIERS]} for model in models],
-        "example_model": example.model_id if example else "MODEL_ID",
-    }
-
-
-class LandingView(PublicAPIView):
-    renderer_classes = [TemplateHTMLRenderer]
-
-    @extend_schema(operation_id="landing", tags=["service"], summary="Landing page (HTML)",
-                   description="The service, its model catalog with costs and tiers, and how to call it.",
-                   responses={(200, "text/html"): OpenApiResponse(OpenApiTypes.STR, description="An HTML page.")})
-    def get(self, request):
-        return Response(landing_context(request), template_name="landing.html")
-
-    def options(self, request, *args, **kwargs):
-        # DRF answers OPTIONS with its metadata as a Response, which this HTML-only view has no
-        # template for (a 500). The Allow header DRF adds is the whole answer.
-        return HttpResponse()
-
-
 # ---------------------------------------------------------------- CORS
 
 def cors_headers(request, method: str) -> dict:
     """The CORS headers the middleware would add to a ``method`` request like this one.
 
-    Asks django-cors-headers itself, so the answer cannot drift from what it sends.
+    Asks django-cors-headers itself, so the answer cannot drift from what it sends. ``request`` may be
+    Django's or DRF's: DRF's hands every attribute the middleware reads (method, path_info, headers) on to
+    the request it wraps, and the copy keeps the probe's method off the request being answered.
     """
     probe = copy.copy(request)
     probe.method = method
@@ -200,11 +158,11 @@ class CorsTestView(PublicAPIView):
     @extend_schema(operation_id="cors_test", tags=["service"], summary="Echo the CORS decision",
                    responses={200: _CorsReport, **error_responses(429)})
     def get(self, request):
-        actual = cors_headers(request._request, "GET")
+        actual = cors_headers(request, "GET")
         return Response({"origin": request.headers.get("Origin"),
                          "allowed": "access-control-allow-origin" in actual,
                          "headers": actual,
-                         "preflight": cors_headers(request._request, "OPTIONS")})
+                         "preflight": cors_headers(request, "OPTIONS")})
 
 
 # ---------------------------------------------------------------- OpenAPI

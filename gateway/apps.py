@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class GatewayConfig(AppConfig):
+    name = "gateway"
+    verbose_name = "Gateway"

@@ -1,261 +1,138 @@
-"""Usage figures for the model catalog, the statistics operations and /benchmark.
+"""The figures of the model list, the statistics operations and /benchmark, as domain values.
 
-They are read from the rollups the database keeps beside every UsageEvent insert
-(migration 0002), never by scanning the events, with two exceptions that are
-bounded by an index range: one key's last 24 hours, and the last hour for the
-latency percentiles of /benchmark.
-
-All-time totals per model are a sum over ModelHourlyUsage, one row per model and
-hour. Hours that can no longer receive events ("closed": older than SETTLE) are
-summed once and cached under the name of the boundary hour; only the open
-hours, at most a few rows per model, are summed on each request. So the cost of
-GET /v1/models?web-view=true does not grow with the history, and a request
-counted a moment ago is in the very next answer.
+The queries are in models_catalog.usage; the wire names (``totalRequests``,
+``latencyMs``, ...) belong to the response serializers in
+models_catalog.serializers, which render what these functions return. Here the
+names are the domain's: counters named as in usage.COUNTERS, models as AiModel
+instances from the catalog snapshot.
 """
-import logging
-import math
-from datetime import timedelta
+import copy
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-from django.core.cache import cache
-from django.db import connection
-from django.db.models import Count, Q, Sum
-from django.db.models.functions import TruncDate
-
+from models_catalog import usage
 from models_catalog.catalog import snapshot
-from models_catalog.models import KeyDailyUsage, ModelHourlyUsage, UsageEvent
-
-log = logging.getLogger("gateway.analytics")
-
-COUNTERS = ("requests", "completed", "failed", "input_tokens", "output_tokens", "credits")
-ZERO = dict.fromkeys(COUNTERS, 0)
-
-# The gateway stamps a usage row with the time it writes it (gateway.services), so
-# hours further back than this margin receive nothing new; the margin also covers a
-# stamp taken a while before the insert lands. A row back-dated past it by hand (an
-# import) is counted from the next hour on.
-SETTLE = timedelta(hours=1)
-CLOSED_CACHE_SECONDS = 2 * 3600
+from models_catalog.models import AiModel
+from utils_app.cache import cache_get, cache_set
 
 STATISTIC_DAYS = 30
 BENCHMARK_WINDOW = timedelta(hours=1)
 BENCHMARK_PERCENTILES = (0.5, 0.95)
-# /benchmark sorts an hour of latencies; a few seconds of reuse keep that off the
+BENCHMARK_CACHE = "analytics:benchmark"
+# /benchmark ranks an hour of latencies; a few seconds of reuse keep that off the
 # database under load while the figures stay current.
 BENCHMARK_CACHE_SECONDS = 10
-
-
-# ---------------------------------------------------------------- helpers
-
-def _floor_hour(moment):
-    return moment.replace(minute=0, second=0, microsecond=0)
-
-
-def _rollup_sums(queryset, *group) -> list[dict]:
-    # order_by() drops any default ordering, which would otherwise join the GROUP BY.
-    return list(queryset.order_by().values(*group).annotate(**{name: Sum(name) for name in COUNTERS}))
-
-
-def _counters(row: dict) -> dict:
-    return {name: row.get(name) or 0 for name in COUNTERS}
-
-
-def _add(into: dict, row: dict) -> None:
-    for name in COUNTERS:
-        into[name] += row.get(name) or 0
-
-
-def _cache_get(name: str):
-    try:
-        return cache.get(name)
-    except Exception:  # a cache outage costs one more query, never the answer
-        log.warning("cache unreachable; computing %s directly", name, exc_info=True)
-        return None
-
-
-def _cache_set(name: str, value, seconds: int) -> None:
-    try:
-        cache.set(name, value, seconds)
-    except Exception:
-        log.warning("cache unreachable; %s not stored", name, exc_info=True)
-
-
-def _usage_out(counters: dict) -> dict:
-    """The wire names of a block of counters, as the statistics operations show them."""
-    return {
-        "totalRequests": counters["requests"],
-        "completedRequests": counters["completed"],
-        "failedRequests": counters["failed"],
-        "inputTokens": counters["input_tokens"],
-        "outputTokens": counters["output_tokens"],
-        "creditsSpent": counters["credits"],
-    }
-
-
-# ---------------------------------------------------------------- all-time totals per model
-
-def _closed_totals(boundary) -> dict:
-    """model pk -> counters over every hour before ``boundary``; cached, the hours can no longer change."""
-    name = f"analytics:closed-hours:{boundary:%Y%m%d%H}"
-    cached = _cache_get(name)
-    if cached is not None:
-        return cached
-    totals = {row["model_id"]: _counters(row)
-              for row in _rollup_sums(ModelHourlyUsage.objects.filter(hour__lt=boundary), "model_id")}
-    _cache_set(name, totals, CLOSED_CACHE_SECONDS)
-    return totals
-
-
-def model_totals(*, now) -> dict:
-    """model pk -> all-time counters, for every model that has usage (enabled or not)."""
-    boundary = _floor_hour(now - SETTLE)
-    totals = {pk: dict(counters) for pk, counters in _closed_totals(boundary).items()}
-    for row in _rollup_sums(ModelHourlyUsage.objects.filter(hour__gte=boundary), "model_id"):
-        _add(totals.setdefault(row["model_id"], dict(ZERO)), row)
-    return totals
-
-
-def _grand_total(totals: dict) -> dict:
-    grand = dict(ZERO)
-    for counters in totals.values():
-        _add(grand, counters)
-    return grand
 
 
 # ---------------------------------------------------------------- GET /v1/models
 
 def model_list() -> dict:
-    """The OpenAI-compatible list: every enabled model, no analytics, no query once the snapshot is warm."""
-    return {"object": "list", "data": [model.entry() for model in snapshot().models.values()]}
+    """Every enabled model, by id; no query once the catalog snapshot is warm."""
+    return {"models": list(snapshot().models.values())}
 
 
-def model_list_with_analytics(*, now) -> dict:
-    """The web view: every enabled model with its analytics, and totals over all recorded usage."""
-    totals = model_totals(now=now)
-    models = []
-    for model in snapshot().models.values():
-        counters = totals.get(model.pk, ZERO)
-        models.append({**model.entry(), "analytics": {
-            "totalRequests": counters["requests"],
-            "completedRequests": counters["completed"],
-            "failedRequests": counters["failed"],
-            "inputTokens": counters["input_tokens"],
-            "outputTokens": counters["output_tokens"],
-        }})
-    # Global figures include models disabled since: they describe what the service has served.
-    grand = _grand_total(totals)
-    return {"object": "list", "success": True, "models": models, "globalStats": {
-        "totalRequests": grand["requests"],
-        "totalInputTokens": grand["input_tokens"],
-        "totalOutputTokens": grand["output_tokens"],
-    }}
+def _with_usage(model: AiModel, counters: dict) -> AiModel:
+    # A copy, as a queryset annotation would give: the snapshot's instances are shared
+    # by every request of the process and must not carry one request's figures.
+    annotated = copy.copy(model)
+    annotated.usage = counters
+    return annotated
+
+
+def model_list_with_usage(*, now: datetime) -> dict:
+    """Every enabled model with its all-time ``usage``, and ``totals`` over all recorded usage."""
+    totals = usage.model_totals(now=now)
+    return {
+        "models": [_with_usage(model, totals.get(model.pk) or usage.zero()) for model in snapshot().models.values()],
+        # Over every model, including those disabled since: what the service has served.
+        "totals": usage.add_up(totals.values()),
+    }
 
 
 # ---------------------------------------------------------------- GET /v1/statistic/key
 
-def _usage_block(rows: list[dict]) -> dict:
-    total = dict(ZERO)
-    per_model = []
-    for row in sorted(rows, key=lambda r: r["model__model_id"]):
-        _add(total, row)
-        per_model.append({"id": row["model__model_id"], **_usage_out(_counters(row))})
-    return {**_usage_out(total), "models": per_model}
+def _summary(rows: list[dict]) -> dict:
+    """Counters in total, and per model by public id (sorted by it)."""
+    per_model = sorted(rows, key=lambda row: row["model__model_id"])
+    return {**usage.add_up(rows),
+            "models": [{"model": row["model__model_id"], **usage.counters(row)} for row in per_model]}
 
 
-def key_statistics(*, key, now) -> dict:
+def key_statistics(*, key, now: datetime) -> dict:
     """The key's own usage: all time (from the daily rollup) and the last 24 hours (from its events)."""
-    all_time = _rollup_sums(KeyDailyUsage.objects.filter(key=key), "model__model_id")
-    # The daily rollup cannot cut at "24 hours ago"; the key's own events can, through
-    # the (key, created_at) index, and a key makes at most rph * 24 of them.
-    recent = list(
-        UsageEvent.objects.filter(key=key, created_at__gte=now - timedelta(hours=24)).order_by()
-        .values("model__model_id")
-        .annotate(requests=Count("id"), completed=Count("id", filter=Q(success=True)),
-                  failed=Count("id", filter=Q(success=False)), input_tokens=Sum("input_tokens"),
-                  output_tokens=Sum("output_tokens"), credits=Sum("credits_charged")))
     return {
-        "object": "statistic.key",
-        "key": {"prefix": key.prefix, "tier": key.tier, "credits": key.credits, "maxCredits": key.max_credits},
-        "allTime": _usage_block(all_time),
-        "last24Hours": _usage_block(recent),
-        "generatedAt": now.isoformat(),
+        "key": key,
+        "all_time": _summary(usage.key_models(key)),
+        "last_24_hours": _summary(usage.key_last_24_hours(key, now=now)),
+        "generated_at": now,
     }
 
 
 # ---------------------------------------------------------------- GET /v1/statistic/global
 
-def global_statistics(*, now) -> dict:
+def global_statistics(*, now: datetime) -> dict:
     """Totals over all recorded usage and one entry per UTC day for the last STATISTIC_DAYS days."""
     today = now.date()
     first_day = today - timedelta(days=STATISTIC_DAYS - 1)
-    start = _floor_hour(now).replace(hour=0) - timedelta(days=STATISTIC_DAYS - 1)
-    by_day = {row["day"]: _counters(row) for row in _rollup_sums(
-        ModelHourlyUsage.objects.filter(hour__gte=start).annotate(day=TruncDate("hour")), "day")}
-    days = []
-    for offset in range(STATISTIC_DAYS):
-        day = first_day + timedelta(days=offset)
-        days.append({"date": day.isoformat(), **_usage_out(by_day.get(day, ZERO))})
+    by_day = usage.daily_totals(first_day=first_day)
+    days = [first_day + timedelta(days=offset) for offset in range(STATISTIC_DAYS)]
     return {
-        "object": "statistic.global",
-        "totals": _usage_out(_grand_total(model_totals(now=now))),
-        "days": days,
-        "generatedAt": now.isoformat(),
+        "totals": usage.add_up(usage.model_totals(now=now).values()),
+        "days": [{"date": day, **by_day.get(day, usage.zero())} for day in days],
+        "generated_at": now,
     }
 
 
 # ---------------------------------------------------------------- GET /benchmark
 
-def _nearest_rank(sorted_values: list, fraction: float):
-    """The percentile as PostgreSQL's percentile_disc computes it: a recorded value, never an interpolation."""
-    if not sorted_values:
-        return None
-    rank = math.ceil(round(fraction * len(sorted_values), 9))
-    return sorted_values[max(rank, 1) - 1]
+@dataclass(frozen=True)
+class ModelBenchmark:
+    """One enabled model's requests and latency over the benchmark window."""
+
+    model_id: str
+    type: str
+    owned_by: str
+    requests: int
+    completed: int
+    p50: int | None
+    p95: int | None
+
+    @property
+    def failed(self) -> int:
+        return self.requests - self.completed
+
+    @property
+    def success_rate(self) -> float | None:
+        return round(self.completed / self.requests, 4) if self.requests else None
 
 
-def _latency_rows(since) -> dict:
-    """model pk -> (requests, completed, [p50, p95] of completed requests' latency) since ``since``."""
-    if connection.vendor == "postgresql":
-        percentiles = ", ".join(
-            "percentile_disc(%s) WITHIN GROUP (ORDER BY latency_ms) FILTER (WHERE success)"
-            for _ in BENCHMARK_PERCENTILES)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT model_id, count(*), count(*) FILTER (WHERE success), {percentiles} "
-                f"FROM {UsageEvent._meta.db_table} WHERE created_at >= %s GROUP BY model_id",
-                [*BENCHMARK_PERCENTILES, since])
-            return {row[0]: (row[1], row[2], list(row[3:])) for row in cursor.fetchall()}
-    # SQLite has no percentile aggregate; it is the single-process embedded default,
-    # where an hour of events is small enough to sort here.
-    requests, latencies = {}, {}
-    for model_id, success, latency in UsageEvent.objects.filter(created_at__gte=since).order_by().values_list(
-            "model_id", "success", "latency_ms").iterator():
-        requests[model_id] = requests.get(model_id, 0) + 1
-        if success:
-            latencies.setdefault(model_id, []).append(latency)
-    rows = {}
-    for model_id, count in requests.items():
-        values = sorted(latencies.get(model_id, []))
-        rows[model_id] = (count, len(values), [_nearest_rank(values, p) for p in BENCHMARK_PERCENTILES])
-    return rows
+@dataclass(frozen=True)
+class Benchmark:
+    since: datetime
+    until: datetime
+    models: list[ModelBenchmark]
+
+    @property
+    def window_seconds(self) -> int:
+        return int((self.until - self.since).total_seconds())
 
 
-def benchmark(*, now) -> dict:
-    """Per enabled model over the last hour: requests, success rate, latency p50/p95 (cached a few seconds)."""
-    cached = _cache_get("analytics:benchmark")
-    if cached is not None:
+def benchmark(*, now: datetime) -> Benchmark:
+    """Per enabled model over the last hour: requests, completed, latency p50/p95 (cached a few seconds)."""
+    cached = cache_get(BENCHMARK_CACHE, why="computing the benchmark directly")
+    if isinstance(cached, Benchmark):  # anything else was stored by another version of this module
         return cached
     since = now - BENCHMARK_WINDOW
-    rows = _latency_rows(since)
+    counts = {row["model_id"]: row for row in usage.events_by_model(since=since)}
+    latencies = usage.latency_percentiles(
+        since=since, fractions=BENCHMARK_PERCENTILES, completed_only=True,
+        model_ids=[pk for pk, row in counts.items() if row["completed"]])
     models = []
     for model in snapshot().models.values():
-        requests, completed, (p50, p95) = rows.get(model.pk, (0, 0, [None, None]))
-        models.append({
-            "id": model.model_id, "type": model.type, "owned_by": model.owned_by,
-            "requests": requests, "completedRequests": completed, "failedRequests": requests - completed,
-            "successRate": round(completed / requests, 4) if requests else None,
-            "latencyMs": {"p50": p50, "p95": p95},
-        })
-    body = {"object": "benchmark", "windowSeconds": int(BENCHMARK_WINDOW.total_seconds()),
-            "from": since.isoformat(), "to": now.isoformat(), "models": models}
-    _cache_set("analytics:benchmark", body, BENCHMARK_CACHE_SECONDS)
-    return body
+        row = counts.get(model.pk) or usage.zero()
+        p50, p95 = latencies.get(model.pk, (None, None))
+        models.append(ModelBenchmark(model_id=model.model_id, type=model.type, owned_by=model.owned_by,
+                                     requests=row["requests"], completed=row["completed"], p50=p50, p95=p95))
+    figures = Benchmark(since=since, until=now, models=models)
+    cache_set(BENCHMARK_CACHE, figures, BENCHMARK_CACHE_SECONDS)
+    return figures

@@ -1,33 +1,30 @@
 """Figures for the staff pages: the usage dashboard and a key's usage panel.
 
-Aggregates over days come from the rollup tables (ModelHourlyUsage,
-KeyDailyUsage), which hold one row per model-hour or key-model-day whatever the
-number of events, so these pages cost the same with ten events or ten million.
-Only two figures read UsageEvent itself, each through an index: the p95 latency
-of the last 24 hours ((model, created_at)) and a key's last 24 hours and recent
-requests ((key, created_at)).
+The figures are read through models_catalog.usage, the same queries as the
+statistics operations: aggregates over days from the rollup tables, which hold
+one row per model-hour or key-model-day whatever the number of events, so these
+pages cost the same with ten events or ten million. Only the p95 latency of the
+last 24 hours and a key's last 24 hours and recent requests read the events,
+each through an index.
 
 Charts are drawn on the server as SVG: this module computes the geometry, the
 templates only place it, and the page needs no JavaScript library and no network.
 """
 import math
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta
+from datetime import date, datetime, timedelta
 from datetime import timezone as dt_timezone
 
-from django.db import connection
-from django.db.models import Aggregate, Count, IntegerField, Q, Sum
-from django.db.models.functions import TruncDate
+from django.db.models import Count
 from django.utils import timezone
 
 from keys import ledger
 from keys.models import TIERS, ApiKey
-from models_catalog.models import AiModel, KeyDailyUsage, ModelHourlyUsage, UsageEvent
+from models_catalog import usage
 
 WINDOWS = (7, 30, 90)  # days the dashboard offers
 RECENT_REQUESTS = 20
 TOP = 10
-COUNTERS = ("requests", "completed", "failed", "credits", "input_tokens", "output_tokens", "latency_ms_total")
 
 
 # ------------------------------------------------------------------ charts
@@ -133,10 +130,6 @@ def column_chart(*, title: str, labels: list[str], series: list[tuple[str, str, 
 
 # ------------------------------------------------------------------ time windows
 
-def _day_start(day: date) -> datetime:
-    return datetime.combine(day, time.min, tzinfo=dt_timezone.utc)
-
-
 def _days(first: date, last: date) -> list[date]:
     return [first + timedelta(days=i) for i in range((last - first).days + 1)]
 
@@ -147,30 +140,13 @@ def _percent(part: int, whole: int) -> float | None:
 
 # ------------------------------------------------------------------ p95 latency
 
-class _Percentile95(Aggregate):
-    """PostgreSQL's nearest-rank percentile: the smallest latency with 95 % of requests at or below it."""
-
-    function = "PERCENTILE_DISC"
-    template = "%(function)s(0.95) WITHIN GROUP (ORDER BY %(expressions)s)"
-    output_field = IntegerField()
-
-
 def p95_latency_by_model(since: datetime, model_ids: list[int]) -> dict[int, int]:
-    """Nearest-rank p95 of latency_ms per model since ``since``, read over the (model, created_at) index."""
-    events = UsageEvent.objects.filter(created_at__gte=since, model_id__in=model_ids)
-    if connection.vendor == "postgresql":
-        rows = events.values("model_id").annotate(p95=_Percentile95("latency_ms")).order_by()
-        return {row["model_id"]: row["p95"] for row in rows}
-    # SQLite has no percentile function: count, then fetch the value at the
-    # nearest rank, both through the index, one model at a time.
-    result = {}
-    for model_id in model_ids:
-        scoped = events.filter(model_id=model_id)
-        total = scoped.count()
-        if total:
-            rank = math.ceil(0.95 * total) - 1
-            result[model_id] = scoped.order_by("latency_ms").values_list("latency_ms", flat=True)[rank]
-    return result
+    """Nearest-rank p95 of latency_ms per model since ``since``, over every request.
+
+    Failures included, unlike /benchmark's: the staff page shows how long clients waited.
+    """
+    percentiles = usage.latency_percentiles(since=since, fractions=(0.95,), model_ids=model_ids)
+    return {model_id: p95 for model_id, (p95,) in percentiles.items()}
 
 
 # ------------------------------------------------------------------ the dashboard
@@ -180,15 +156,13 @@ def overview(*, days: int = 30, now: datetime | None = None) -> dict:
     now = now or timezone.now()
     today = now.astimezone(dt_timezone.utc).date()
     first_day = today - timedelta(days=days - 1)
-    window = ModelHourlyUsage.objects.filter(hour__gte=_day_start(first_day))
 
-    per_day = {row["day"]: row for row in window.annotate(day=TruncDate("hour")).values("day").annotate(
-        completed=Sum("completed"), failed=Sum("failed"), credits=Sum("credits")).order_by()}
+    per_day = usage.daily_totals(first_day=first_day)
     day_list = _days(first_day, today)
     labels = [day.strftime("%m-%d") for day in day_list]
 
     def series(name):
-        return [(per_day.get(day) or {}).get(name) or 0 for day in day_list]
+        return [per_day.get(day, usage.zero())[name] for day in day_list]
 
     requests_chart = column_chart(title="Requests per day", labels=labels, unit="requests",
                                   series=[("completed", "bar-ok", series("completed")),
@@ -196,13 +170,11 @@ def overview(*, days: int = 30, now: datetime | None = None) -> dict:
     credits_chart = column_chart(title="Credits spent per day", labels=labels, unit="credits",
                                  series=[("", "bar-credits", series("credits"))])
 
-    totals = window.totals()
-    top_models = list(window.values("model__model_id").annotate(
-        requests=Sum("requests"), failed=Sum("failed"), credits=Sum("credits")).order_by("-requests")[:TOP])
+    totals = usage.add_up(per_day.values())
+    top_models = usage.models_since(hour=usage.day_start(first_day))[:TOP]
     _add_shares(top_models)
 
-    top_key_rows = list(KeyDailyUsage.objects.filter(day__gte=first_day).values("key_id").annotate(
-        requests=Sum("requests"), failed=Sum("failed"), credits=Sum("credits")).order_by("-requests")[:TOP])
+    top_key_rows = usage.busiest_keys(first_day=first_day, limit=TOP)
     keys = ApiKey.objects.in_bulk([row["key_id"] for row in top_key_rows])
     for row in top_key_rows:
         row["key"] = keys.get(row["key_id"])
@@ -238,14 +210,12 @@ def models_last_24h(*, now: datetime) -> list[dict]:
     Counts come from the 24 hourly rollup rows ending with the current hour; the
     p95 reads the events of exactly the last 24 hours.
     """
-    hour = now.astimezone(dt_timezone.utc).replace(minute=0, second=0, microsecond=0)
-    rows = list(ModelHourlyUsage.objects.filter(hour__gt=hour - timedelta(hours=24)).values(
-        "model_id", "model__model_id").annotate(requests=Sum("requests"), failed=Sum("failed"),
-                                                latency=Sum("latency_ms_total")).order_by("-requests"))
-    p95 = p95_latency_by_model(now - timedelta(hours=24), [row["model_id"] for row in rows])
+    current_hour = usage.floor_hour(now.astimezone(dt_timezone.utc))
+    rows = usage.models_since(hour=current_hour - timedelta(hours=23))
+    p95 = p95_latency_by_model(now - usage.LAST_24_HOURS, [row["model_id"] for row in rows])
     for row in rows:
         row["error_pct"] = _percent(row["failed"], row["requests"])
-        row["mean_latency"] = round(row["latency"] / row["requests"]) if row["requests"] else None
+        row["mean_latency"] = round(row["latency_ms_total"] / row["requests"]) if row["requests"] else None
         row["p95_latency"] = p95.get(row["model_id"])
     return rows
 
@@ -263,45 +233,35 @@ def key_usage(key: ApiKey, *, now: datetime | None = None) -> dict:
     today = now.astimezone(dt_timezone.utc).date()
     first_day = today - timedelta(days=29)
 
-    day_rows = KeyDailyUsage.objects.filter(key=key, day__gte=first_day)
-    per_model_30d = {row["model_id"]: row for row in day_rows.values("model_id").annotate(
-        **{name: Sum(name) for name in COUNTERS}).order_by()}
-    per_model_24h = {row["model_id"]: row for row in UsageEvent.objects.filter(
-        key=key, created_at__gte=now - timedelta(hours=24)).values("model_id").annotate(
-        requests=Count("id"), failed=Count("id", filter=Q(success=False)), credits=Sum("credits_charged"),
-        input_tokens=Sum("input_tokens"), output_tokens=Sum("output_tokens")).order_by()}
-
-    names = dict(AiModel.objects.filter(pk__in=set(per_model_30d) | set(per_model_24h))
-                 .values_list("pk", "model_id"))
+    per_model_30d = {row["model__model_id"]: row for row in usage.key_models(key, first_day=first_day)}
+    per_model_24h = {row["model__model_id"]: row for row in usage.key_last_24_hours(key, now=now)}
     rows = []
-    for model_id in set(per_model_30d) | set(per_model_24h):
-        day = per_model_24h.get(model_id) or {}
-        month = per_model_30d.get(model_id) or {}
+    for model in per_model_30d.keys() | per_model_24h.keys():
+        day = per_model_24h.get(model, usage.zero())
+        month = per_model_30d.get(model, usage.zero())
         rows.append({
-            "model": names.get(model_id, "?"),
-            "requests_24h": day.get("requests") or 0,
-            "failed_24h": day.get("failed") or 0,
-            "credits_24h": day.get("credits") or 0,
-            "requests_30d": month.get("requests") or 0,
-            "failed_30d": month.get("failed") or 0,
-            "credits_30d": month.get("credits") or 0,
-            "tokens_30d": (month.get("input_tokens") or 0) + (month.get("output_tokens") or 0),
+            "model": model,
+            "requests_24h": day["requests"],
+            "failed_24h": day["failed"],
+            "credits_24h": day["credits"],
+            "requests_30d": month["requests"],
+            "failed_30d": month["failed"],
+            "credits_30d": month["credits"],
+            "tokens_30d": month["input_tokens"] + month["output_tokens"],
         })
     rows.sort(key=lambda row: (-row["requests_30d"], -row["requests_24h"], row["model"]))
 
     def total(name):
         return sum(row[name] for row in rows)
 
-    per_day = {row["day"]: row for row in day_rows.values("day").annotate(
-        completed=Sum("completed"), failed=Sum("failed")).order_by()}
+    per_day = usage.key_days(key, first_day=first_day)
     day_list = _days(first_day, today)
     chart = column_chart(
         title="Requests per day (30 days)", labels=[day.strftime("%m-%d") for day in day_list], unit="requests",
-        series=[("completed", "bar-ok", [(per_day.get(d) or {}).get("completed") or 0 for d in day_list]),
-                ("failed", "bar-failed", [(per_day.get(d) or {}).get("failed") or 0 for d in day_list])])
+        series=[("completed", "bar-ok", [per_day.get(d, usage.zero())["completed"] for d in day_list]),
+                ("failed", "bar-failed", [per_day.get(d, usage.zero())["failed"] for d in day_list])])
 
-    recent = list(UsageEvent.objects.filter(key=key).select_related("model")
-                  .order_by("-created_at", "-id")[:RECENT_REQUESTS])
+    recent = usage.recent_events(key, limit=RECENT_REQUESTS)
     return {
         "per_model": rows,
         "totals_24h": {"requests": total("requests_24h"), "failed": total("failed_24h"),

@@ -1,7 +1,9 @@
-"""The query of GET /v1/models and the response shapes of the catalog and statistics operations.
+"""The query of GET /v1/models and the response serializers of the catalog and statistics operations.
 
-Response serializers describe the bodies for the OpenAPI schema; the bodies
-themselves are built by models_catalog.analytics.
+The response serializers are both the bodies' OpenAPI schema and what renders them:
+the views pass them the domain values of models_catalog.analytics (AiModel
+instances, counters named as in models_catalog.usage.COUNTERS), and the wire names
+(``totalRequests``, ``creditsSpent``, ...) live here only, each with its ``source``.
 """
 from rest_framework import serializers
 
@@ -18,90 +20,168 @@ class ModelsQuery(serializers.Serializer):
                       "OpenAI-compatible list. Anything that is not a boolean is a 400.")}
 
 
-# ---------------------------------------------------------------- response shapes (OpenAPI only)
+# ---------------------------------------------------------------- fields of the response bodies
+
+class _Fixed:
+    """A member whose value the body's format fixes (``"object": "list"``): nothing is read from the instance."""
+
+    def __init__(self, value, **kwargs):
+        self.value = value
+        super().__init__(**kwargs)
+
+    def get_attribute(self, instance):
+        return self.value
+
+
+class FixedText(_Fixed, serializers.CharField):
+    pass
+
+
+class FixedFlag(_Fixed, serializers.BooleanField):
+    pass
+
+
+class IsoDateTime(serializers.DateTimeField):
+    """A moment as ``datetime.isoformat()`` writes it: ``+00:00``, where DRF would write ``Z``."""
+
+    def to_representation(self, value):
+        return value.isoformat()
+
+
+def _leading(fields: dict, *names: str) -> dict:
+    """``fields`` with ``names`` first: a subclass's own members lead its body, before the inherited ones."""
+    return {**{name: fields.pop(name) for name in names}, **fields}
+
+
+# ---------------------------------------------------------------- GET /v1/models
+
+# Comments, not docstrings, say what each serializer renders: drf-spectacular would publish a
+# docstring as the schema's description.
 
 class AccessMap(serializers.Serializer):
+    # Renders a model's tiers as one boolean per tier, every tier named (the fields give the schema).
     def get_fields(self):
         return {tier: serializers.BooleanField() for tier in TIERS}
 
+    def to_representation(self, tiers):
+        # Eight fields per model on the hot web view; a membership test per tier gives the same body.
+        return {tier: tier in tiers for tier in TIERS}
+
 
 class ModelAnalytics(serializers.Serializer):
-    totalRequests = serializers.IntegerField(help_text="completedRequests + failedRequests, all time.")
-    completedRequests = serializers.IntegerField(help_text="Requests the upstream answered successfully.")
-    failedRequests = serializers.IntegerField(help_text="Requests sent upstream that failed.")
-    inputTokens = serializers.IntegerField()
-    outputTokens = serializers.IntegerField()
+    # Renders a model's counters (usage.COUNTERS).
+    totalRequests = serializers.IntegerField(source="requests",
+                                             help_text="completedRequests + failedRequests, all time.")
+    completedRequests = serializers.IntegerField(source="completed",
+                                                 help_text="Requests the upstream answered successfully.")
+    failedRequests = serializers.IntegerField(source="failed", help_text="Requests sent upstream that failed.")
+    inputTokens = serializers.IntegerField(source="input_tokens")
+    outputTokens = serializers.IntegerField(source="output_tokens")
 
 
 class ModelEntry(serializers.Serializer):
-    id = serializers.CharField()
-    object = serializers.CharField(help_text='Always "model".')
+    # Renders an AiModel.
+    id = serializers.CharField(source="model_id")
+    object = FixedText("model", help_text='Always "model".')
     type = serializers.ChoiceField(choices=["chat", "image", "speech", "embedding"])
     owned_by = serializers.CharField()
     cost = serializers.IntegerField(help_text="Credits per request (images: per image).")
-    access = AccessMap(help_text="One boolean per tier: may a key of that tier use the model.")
+    access = AccessMap(source="tiers", help_text="One boolean per tier: may a key of that tier use the model.")
 
 
 class ModelEntryWithAnalytics(ModelEntry):
-    analytics = ModelAnalytics()
+    # Renders an AiModel annotated with its all-time ``usage``.
+    analytics = ModelAnalytics(source="usage")
 
 
 class GlobalStats(serializers.Serializer):
-    totalRequests = serializers.IntegerField()
-    totalInputTokens = serializers.IntegerField()
-    totalOutputTokens = serializers.IntegerField()
+    # Renders the counters of all recorded usage.
+    totalRequests = serializers.IntegerField(source="requests")
+    totalInputTokens = serializers.IntegerField(source="input_tokens")
+    totalOutputTokens = serializers.IntegerField(source="output_tokens")
 
 
 class ModelListResponse(serializers.Serializer):
-    object = serializers.CharField(required=False, help_text='"list".')
-    success = serializers.BooleanField(required=False, help_text="web view only.")
-    models = ModelEntryWithAnalytics(many=True, required=False, help_text="web view only.")
-    data = ModelEntry(many=True, required=False, help_text="default view only (OpenAI-compatible).")
-    globalStats = GlobalStats(required=False, help_text="web view only.")
+    # Renders analytics.model_list() or model_list_with_usage(). One schema describes both
+    # views; ``web_view`` keeps the members of one of them (DRF's documented way of choosing
+    # fields per instance). Without it, as when the schema is generated, every member is there.
+    DEFAULT_VIEW = ("object", "data")
+    WEB_VIEW = ("object", "success", "models", "globalStats")
 
+    object = FixedText("list", required=False, help_text='"list".')
+    success = FixedFlag(True, required=False, help_text="web view only.")
+    models = ModelEntryWithAnalytics(many=True, required=False, help_text="web view only.")
+    data = ModelEntry(many=True, required=False, source="models",
+                      help_text="default view only (OpenAI-compatible).")
+    globalStats = GlobalStats(required=False, source="totals", help_text="web view only.")
+
+    def __init__(self, *args, web_view: bool | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if web_view is not None:
+            kept = self.WEB_VIEW if web_view else self.DEFAULT_VIEW
+            for name in [name for name in self.fields if name not in kept]:
+                self.fields.pop(name)
+
+
+# ---------------------------------------------------------------- GET /v1/statistic/key and /global
 
 class UsageCounters(serializers.Serializer):
-    totalRequests = serializers.IntegerField()
-    completedRequests = serializers.IntegerField()
-    failedRequests = serializers.IntegerField()
-    inputTokens = serializers.IntegerField()
-    outputTokens = serializers.IntegerField()
-    creditsSpent = serializers.IntegerField()
+    # Renders a block of counters (usage.COUNTERS).
+    totalRequests = serializers.IntegerField(source="requests")
+    completedRequests = serializers.IntegerField(source="completed")
+    failedRequests = serializers.IntegerField(source="failed")
+    inputTokens = serializers.IntegerField(source="input_tokens")
+    outputTokens = serializers.IntegerField(source="output_tokens")
+    creditsSpent = serializers.IntegerField(source="credits")
 
 
 class ModelUsage(UsageCounters):
-    id = serializers.CharField()
+    # Renders a model's counters, with its public id as ``model``; the id leads the entry.
+    id = serializers.CharField(source="model")
+
+    def get_fields(self):
+        return _leading(super().get_fields(), "id")
 
 
 class UsageBlock(UsageCounters):
+    # Renders the counters in total, with the per-model ones as ``models``.
     models = ModelUsage(many=True)
 
 
 class KeySummary(serializers.Serializer):
+    # Renders an ApiKey.
     prefix = serializers.CharField()
     tier = serializers.CharField()
     credits = serializers.IntegerField()
-    maxCredits = serializers.IntegerField()
+    maxCredits = serializers.IntegerField(source="max_credits")
 
 
 class KeyStatisticsResponse(serializers.Serializer):
-    object = serializers.CharField(help_text='"statistic.key".')
+    # Renders analytics.key_statistics().
+    object = FixedText("statistic.key", help_text='"statistic.key".')
     key = KeySummary()
-    allTime = UsageBlock()
-    last24Hours = UsageBlock()
-    generatedAt = serializers.DateTimeField()
+    allTime = UsageBlock(source="all_time")
+    last24Hours = UsageBlock(source="last_24_hours")
+    generatedAt = IsoDateTime(source="generated_at")
 
 
 class DayUsage(UsageCounters):
+    # Renders a day's counters, with the day as ``date``.
     date = serializers.DateField(help_text="A UTC day.")
+
+    def get_fields(self):
+        return _leading(super().get_fields(), "date")
 
 
 class GlobalStatisticsResponse(serializers.Serializer):
-    object = serializers.CharField(help_text='"statistic.global".')
+    # Renders analytics.global_statistics().
+    object = FixedText("statistic.global", help_text='"statistic.global".')
     totals = UsageCounters(help_text="All recorded usage.")
     days = DayUsage(many=True, help_text="The last 30 UTC days, oldest first, today last; days without usage are 0.")
-    generatedAt = serializers.DateTimeField()
+    generatedAt = IsoDateTime(source="generated_at")
 
+
+# ---------------------------------------------------------------- GET /benchmark
 
 class Latency(serializers.Serializer):
     p50 = serializers.IntegerField(allow_null=True)
@@ -109,24 +189,27 @@ class Latency(serializers.Serializer):
 
 
 class BenchmarkModel(serializers.Serializer):
-    id = serializers.CharField()
+    # Renders an analytics.ModelBenchmark.
+    id = serializers.CharField(source="model_id")
     type = serializers.CharField()
     owned_by = serializers.CharField()
     requests = serializers.IntegerField()
-    completedRequests = serializers.IntegerField()
-    failedRequests = serializers.IntegerField()
-    successRate = serializers.FloatField(allow_null=True, help_text="completed / requests; null without requests.")
-    latencyMs = Latency(help_text="Nearest-rank percentiles over completed requests; null without any.")
+    completedRequests = serializers.IntegerField(source="completed")
+    failedRequests = serializers.IntegerField(source="failed")
+    successRate = serializers.FloatField(source="success_rate", allow_null=True,
+                                         help_text="completed / requests; null without requests.")
+    latencyMs = Latency(source="*", help_text="Nearest-rank percentiles over completed requests; null without any.")
 
 
 class BenchmarkResponse(serializers.Serializer):
-    object = serializers.CharField(help_text='"benchmark".')
-    windowSeconds = serializers.IntegerField()
-    to = serializers.DateTimeField()
+    # Renders an analytics.Benchmark.
+    object = FixedText("benchmark", help_text='"benchmark".')
+    windowSeconds = serializers.IntegerField(source="window_seconds")
+    to = IsoDateTime(source="until")
     models = BenchmarkModel(many=True)
 
     def get_fields(self):
-        # "from" is a Python keyword, so it joins the declared fields here.
+        # "from" is a Python keyword, so it joins the declared fields here, before "to" as in the body.
         fields = super().get_fields()
-        fields["from"] = serializers.DateTimeField()
-        return fields
+        return {"object": fields.pop("object"), "windowSeconds": fields.pop("windowSeconds"),
+                "from": IsoDateTime(source="since"), **fields}

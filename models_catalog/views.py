@@ -1,5 +1,8 @@
 """The model catalog, the statistics operations and /benchmark.
 
+Each body is rendered by the serializer its schema declares, from the domain
+values of models_catalog.analytics.
+
 Keyless operations are limited per client address (PUBLIC_RATE_LIMIT).
 /v1/statistic/key needs a key but is not metered: it costs no credits and does
 not count against the key's rpm/rph (reading one's own usage must not eat the
@@ -34,8 +37,9 @@ class ModelListView(PublicAPIView):
         query = s.ModelsQuery(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         if query.validated_data["web-view"]:
-            return Response(analytics.model_list_with_analytics(now=timezone.now()))
-        return Response(analytics.model_list())
+            listing = analytics.model_list_with_usage(now=timezone.now())
+            return Response(s.ModelListResponse(listing, web_view=True).data)
+        return Response(s.ModelListResponse(analytics.model_list(), web_view=False).data)
 
 
 class KeyStatisticsView(PublicAPIView):
@@ -52,7 +56,8 @@ class KeyStatisticsView(PublicAPIView):
         responses={200: s.KeyStatisticsResponse, **error_responses(401, 429, 500)},
     )
     def get(self, request):
-        return Response(analytics.key_statistics(key=request.user, now=timezone.now()))
+        statistics = analytics.key_statistics(key=request.user, now=timezone.now())
+        return Response(s.KeyStatisticsResponse(statistics).data)
 
 
 class GlobalStatisticsView(PublicAPIView):
@@ -63,7 +68,7 @@ class GlobalStatisticsView(PublicAPIView):
         responses={200: s.GlobalStatisticsResponse, **error_responses(429, 500)},
     )
     def get(self, request):
-        return Response(analytics.global_statistics(now=timezone.now()))
+        return Response(s.GlobalStatisticsResponse(analytics.global_statistics(now=timezone.now())).data)
 
 
 class BenchmarkView(PublicAPIView):
@@ -76,4 +81,4 @@ class BenchmarkView(PublicAPIView):
         responses={200: s.BenchmarkResponse, **error_responses(429, 500)},
     )
     def get(self, request):
-        return Response(analytics.benchmark(now=timezone.now()))
+        return Response(s.BenchmarkResponse(analytics.benchmark(now=timezone.now())).data)

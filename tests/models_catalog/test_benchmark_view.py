@@ -4,6 +4,7 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
+from models_catalog import analytics
 from models_catalog.models import AiModel, UsageEvent
 
 pytestmark = pytest.mark.django_db
@@ -73,3 +74,20 @@ def test_the_benchmark_needs_no_key_and_is_limited_per_address(client, seeded, s
     settings.PUBLIC_RATE_LIMIT = "2/m"
     statuses = [client.get("/benchmark").status_code for _ in range(3)]
     assert statuses == [200, 200, 429]
+
+
+def test_the_body_keeps_its_member_order_and_isoformat_times(client, seeded, free_key):
+    key, _ = free_key
+    record(key, "local-chat", latency=10)
+    body = benchmark(client)
+    assert list(body) == ["object", "windowSeconds", "from", "to", "models"]
+    assert list(by_id(body)["local-chat"]) == ["id", "type", "owned_by", "requests", "completedRequests",
+                                               "failedRequests", "successRate", "latencyMs"]
+    assert body["from"].endswith("+00:00") and body["to"].endswith("+00:00")  # isoformat(), not DRF's "Z"
+
+
+def test_figures_cached_by_another_version_are_computed_again(client, seeded, free_key):
+    key, _ = free_key
+    record(key, "local-chat", latency=10)
+    cache.set(analytics.BENCHMARK_CACHE, {"object": "benchmark", "models": []}, 60)
+    assert by_id(benchmark(client))["local-chat"]["requests"] == 1

@@ -3,12 +3,13 @@ from datetime import timedelta
 import httpx2
 import pytest
 import responses as responses_lib
+from django.core.cache import cache
 from django.test import Client
 from django.utils import timezone
 from openai import OpenAI
 
 from keys.models import TIERS
-from models_catalog import analytics
+from models_catalog import usage
 from models_catalog.models import AiModel, UsageEvent
 from tests.conftest import bearer
 
@@ -181,12 +182,12 @@ def test_a_back_dated_import_is_counted_from_the_next_hour_on(seeded, free_key):
     key, _ = free_key
     chat = AiModel.objects.get(model_id="local-chat")
     now = timezone.now()
-    assert analytics.model_totals(now=now).get(chat.pk) is None
+    assert usage.model_totals(now=now).get(chat.pk) is None
     record(key, "local-chat", when=now - timedelta(hours=6))
     # Hours past the settle margin are served from the cache filled above ...
-    assert analytics.model_totals(now=now).get(chat.pk) is None
+    assert usage.model_totals(now=now).get(chat.pk) is None
     # ... and summed afresh once the boundary hour moves on.
-    assert analytics.model_totals(now=now + timedelta(hours=1))[chat.pk]["requests"] == 1
+    assert usage.model_totals(now=now + timedelta(hours=1))[chat.pk]["requests"] == 1
 
 
 def test_the_web_view_is_served_when_the_cache_is_down(client, seeded, free_key, monkeypatch):
@@ -196,8 +197,8 @@ def test_the_web_view_is_served_when_the_cache_is_down(client, seeded, free_key,
     def unreachable(*args, **kwargs):
         raise ConnectionError("cache down")
 
-    monkeypatch.setattr(analytics.cache, "get", unreachable)
-    monkeypatch.setattr(analytics.cache, "set", unreachable)
+    monkeypatch.setattr(cache, "get", unreachable)
+    monkeypatch.setattr(cache, "set", unreachable)
     per_model, global_stats = web_view(client)
     assert per_model["local-chat"]["totalRequests"] == 1 and global_stats["totalRequests"] == 1
 
@@ -249,3 +250,15 @@ def test_a_failed_upstream_call_counts_as_failed_and_adds_no_tokens(client, seed
     assert (event.success, event.credits_charged) == (False, 0)
     key.refresh_from_db()
     assert key.credits == 100
+
+
+def test_both_views_keep_their_member_order(client, seeded):
+    entry_order = ["id", "object", "type", "owned_by", "cost", "access"]
+    body = client.get("/v1/models").json()
+    assert list(body) == ["object", "data"] and list(body["data"][0]) == entry_order
+    body = client.get("/v1/models?web-view=true").json()
+    assert list(body) == ["object", "success", "models", "globalStats"]
+    assert list(body["models"][0]) == [*entry_order, "analytics"]
+    assert list(body["models"][0]["analytics"]) == ["totalRequests", "completedRequests", "failedRequests",
+                                                    "inputTokens", "outputTokens"]
+    assert list(body["globalStats"]) == ["totalRequests", "totalInputTokens", "totalOutputTokens"]

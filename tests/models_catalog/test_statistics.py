@@ -177,3 +177,21 @@ def test_reading_statistics_does_not_count_against_the_keys_rate_limit(client, s
     response = chat(client, secret, "second")
     assert response.status_code == 429
     assert response.json()["error"]["param"] == "rpm"
+
+
+def test_the_statistics_bodies_keep_their_member_order(client, seeded, free_key):
+    key, secret = free_key
+    record(key, "local-chat")
+    body = key_statistics(client, secret)
+    assert list(body) == ["object", "key", "allTime", "last24Hours", "generatedAt"]
+    assert list(body["key"]) == ["prefix", "tier", "credits", "maxCredits"]
+    counter_order = ["totalRequests", "completedRequests", "failedRequests", "inputTokens", "outputTokens",
+                     "creditsSpent"]
+    assert list(body["allTime"]) == [*counter_order, "models"]
+    assert list(body["last24Hours"]["models"][0]) == ["id", *counter_order]
+    assert body["generatedAt"].endswith("+00:00")  # isoformat(), not DRF's "Z"
+
+    body = client.get("/v1/statistic/global").json()
+    assert list(body) == ["object", "totals", "days", "generatedAt"]
+    assert list(body["totals"]) == counter_order
+    assert list(body["days"][-1]) == ["date", *counter_order]

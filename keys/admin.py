@@ -195,9 +195,9 @@ class ApiKeyAdmin(admin.ModelAdmin):
             return HttpResponseRedirect(request.get_full_path())
 
     def save_model(self, request, obj, form, change):
-        changes = form.api_changes()
+        changes = form.changes()
         if changes:
-            update_key(key=obj, changes=changes, actor=staff_actor(request), param_prefix="")
+            update_key(key=obj, changes=changes, actor=staff_actor(request))
         obj.refresh_from_db()
 
     def key_page_context(self, request, key) -> dict:

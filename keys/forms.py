@@ -1,91 +1,98 @@
 """Forms of the staff UI for keys.
 
-The rules themselves live in keys.services (check_config, issue_key, update_key,
-set_active): a form parses what staff typed, asks the same function the admin
-API uses, and puts that function's error next to the field it names.
+The rules live on the model (ApiKey.check_rules and the ranges beside it), the workflows in
+keys.services (issue_key, update_key, set_active). A form's fields are the model's fields
+under the model's names, so what it hands to keys.services needs no translation, and a
+KeyRuleError goes onto the field it names.
 """
 from django import forms
 from django.db import transaction
+from django.forms.models import construct_instance
 
-from keys.models import OWNER_FIELDS, TIER_CHOICES, ApiKey
-from keys.services import check_config, issue_key, update_key
-from utils_app.errors import InvalidRequest
-
-# The largest value a BigIntegerField column holds: a storage limit, not a business rule.
-BIGINT_MAX = 2**63 - 1
-
-# keys.services speaks the API's names (maxCredits); the forms speak the model's.
-FIELD_OF_PARAM = {"tier": "tier", "credits": "credits", "maxCredits": "max_credits", "rpm": "rpm", "rph": "rph",
-                  "maxConcurrent": "max_concurrent"}
-API_NAME_OF_FIELD = {field: param for param, field in FIELD_OF_PARAM.items()}
-OWNER_MEMBER_OF_FIELD = {field: member for member, field in OWNER_FIELDS.items()}
-CONFIG_FIELDS = ("tier", "credits", "max_credits", "rpm", "rph", "max_concurrent")
+from keys.models import BIGINT_MAX, CONFIG_FIELDS, RANGES, TIER_CHOICES, ApiKey, KeyRuleError
+from keys.services import issue_key, update_key
 
 
-def add_service_error(form: forms.BaseForm, exc: InvalidRequest) -> None:
-    """Show a keys.services error on the field its ``param`` names (``update.maxCredits`` -> max_credits)."""
-    field = FIELD_OF_PARAM.get((exc.param or "").rsplit(".", 1)[-1])
-    form.add_error(field if field in form.fields else None, exc.message)
+def _verbose_name(field: str) -> str:
+    return ApiKey._meta.get_field(field).verbose_name
 
 
-def _owner_fields():
-    return {
-        "owner_platform_id": forms.CharField(label="Owner platform id", max_length=64, required=False),
-        "owner_platform_username": forms.CharField(label="Owner platform username", max_length=120,
-                                                   required=False),
-        "owner_platform_img": forms.CharField(label="Owner platform image", max_length=500, required=False),
-        "owner_category": forms.CharField(label="Owner category", max_length=120, required=False),
-    }
+def _range(field: str) -> str:
+    least, most = RANGES[field]
+    return f"({least}–{most})"
 
 
-class IssueKeyForm(forms.Form):
-    """Everything `manage.py issue_key` takes, as a form."""
+class KeyForm(forms.ModelForm):
+    """What the issue form and the edit page share: the model's fields, their labels, the rules."""
 
-    name = forms.CharField(max_length=120, required=False, help_text="A label for staff, e.g. who asked for it.")
-    tier = forms.ChoiceField(choices=TIER_CHOICES, initial="free")
-    credits = forms.IntegerField(initial=0, max_value=BIGINT_MAX)
-    max_credits = forms.IntegerField(label="maxCredits", required=False, max_value=BIGINT_MAX,
-                                     help_text="Credit ceiling, and what a refill restores. Empty: same as credits.")
-    rpm = forms.IntegerField(label="rpm", initial=60, help_text="Requests per minute (1–1000).")
-    rph = forms.IntegerField(label="rph", initial=1000, help_text="Requests per hour (1–10000).")
-    max_concurrent = forms.IntegerField(label="maxConcurrent", initial=16, required=False,
-                                        help_text="Requests in flight at once, streams included (1–1000). "
-                                                  "Empty: 16.")
-    is_admin = forms.BooleanField(label="Admin key", required=False,
-                                  help_text="May call the /admin API operations (a flag, not a tier).")
+    class Meta:
+        model = ApiKey
+        fields = CONFIG_FIELDS
+        # The SPEC's spelling, which the default label (the capitalised verbose name) would spoil.
+        labels = {field: _verbose_name(field) for field in ("max_credits", "rpm", "rph", "max_concurrent")}
+        help_texts = {"max_credits": "Credit ceiling, and what a refill restores.",
+                      "rpm": f"Requests per minute {_range('rpm')}.",
+                      "rph": f"Requests per hour {_range('rph')}.",
+                      "max_concurrent": f"Requests in flight at once, streams included {_range('max_concurrent')}."}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        # Owner members go after the limits, in the order of the SPEC's owner object.
-        admin_field = self.fields.pop("is_admin")
-        self.fields.update(_owner_fields())
-        self.fields["is_admin"] = admin_field
+        for name, (_, most) in RANGES.items():
+            if name not in self.fields:  # a view-only user gets no editable fields
+                continue
+            # Plain integers: the ranges are check_rules', whose messages name the field, and
+            # the column types' own bounds would only repeat them with a vaguer message. Where
+            # the rule sets no ceiling the column's limit stays, so no figure reaches the database
+            # that it cannot hold.
+            field = self.fields[name]
+            self.fields[name] = forms.IntegerField(label=field.label, help_text=field.help_text,
+                                                   initial=field.initial, required=field.required,
+                                                   max_value=BIGINT_MAX if most is None else None)
 
-    def clean(self):
-        data = super().clean()
+    def check_rules(self) -> None:
+        """Raise KeyRuleError if the key this form makes would break a rule."""
+        raise NotImplementedError
+
+    def _post_clean(self):
+        # Instead of Django's model validation, which would check the database constraints
+        # again with generic messages (and a query each): the key's own rules.
         if self.errors:
-            return data
-        if data.get("max_credits") is None:
-            data["max_credits"] = data["credits"]
-        if data.get("max_concurrent") is None:
-            data["max_concurrent"] = ApiKey._meta.get_field("max_concurrent").default
+            return
         try:
-            check_config(tier=data["tier"], credits=data["credits"], max_credits=data["max_credits"],
-                         rpm=data["rpm"], rph=data["rph"], max_concurrent=data["max_concurrent"])
-        except InvalidRequest as exc:
-            add_service_error(self, exc)
-        return data
+            self.check_rules()
+        except KeyRuleError as broken:
+            self.add_error(broken.field if broken.field in self.fields else None, broken.message)
+
+
+class IssueKeyForm(KeyForm):
+    """Everything `manage.py issue_key` takes, as a form."""
+
+    class Meta(KeyForm.Meta):
+        fields = ("name", *CONFIG_FIELDS, "is_admin")
+        labels = {**KeyForm.Meta.labels, "is_admin": "Admin key"}
+        help_texts = {
+            **KeyForm.Meta.help_texts,
+            "name": "A label for staff, e.g. who asked for it.",
+            "max_credits": f"{KeyForm.Meta.help_texts['max_credits']} Empty: same as credits.",
+            "max_concurrent": (f"{KeyForm.Meta.help_texts['max_concurrent']} "
+                               f"Empty: {ApiKey._meta.get_field('max_concurrent').default}."),
+            "is_admin": "May call the /admin API operations (a flag, not a tier).",
+        }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Left empty, both take their defaults (ApiKey.new).
+        self.fields["max_credits"].required = self.fields["max_concurrent"].required = False
+        self.fields["max_credits"].initial = None
+
+    def check_rules(self):
+        self.instance = ApiKey.new(**self.cleaned_data)
 
     def issue(self, *, actor: str) -> tuple[ApiKey, str]:
-        data = self.cleaned_data
-        owner = {member: data[field] for field, member in OWNER_MEMBER_OF_FIELD.items()}
-        return issue_key(actor=actor, tier=data["tier"], credits=data["credits"], max_credits=data["max_credits"],
-                         rpm=data["rpm"], rph=data["rph"], max_concurrent=data["max_concurrent"], owner=owner,
-                         is_admin=data["is_admin"],
-                         name=data["name"])
+        return issue_key(actor=actor, **self.cleaned_data)
 
 
-class ApiKeyChangeForm(forms.ModelForm):
+class ApiKeyChangeForm(KeyForm):
     """The key's edit page. Saving sends only what staff changed to update_key.
 
     Every field carries a hidden copy of the value shown when the page was
@@ -93,57 +100,21 @@ class ApiKeyChangeForm(forms.ModelForm):
     by the key while the page was open are not written back over.
     """
 
-    class Meta:
-        model = ApiKey
-        fields = [*CONFIG_FIELDS, *OWNER_FIELDS.values()]
-        labels = {"max_credits": "maxCredits", "rpm": "rpm", "rph": "rph", "max_concurrent": "maxConcurrent"}
-        help_texts = {"max_credits": "Credit ceiling, and what a refill restores.",
-                      "rpm": "Requests per minute (1–1000).", "rph": "Requests per hour (1–10000).",
-                      "max_concurrent": "Requests in flight at once, streams included (1–1000)."}
-
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        for name in ("credits", "max_credits", "rpm", "rph", "max_concurrent"):
-            if name not in self.fields:  # a view-only user gets no editable fields
-                continue
-            # Plain integers: the ranges are keys.services' rules, and the column
-            # types' own bounds would only repeat them with a vaguer message.
-            model_field = self.fields[name]
-            self.fields[name] = forms.IntegerField(label=model_field.label, help_text=model_field.help_text,
-                                                   max_value=BIGINT_MAX)
         for field in self.fields.values():
             field.show_hidden_initial = True
 
-    def api_changes(self) -> dict:
-        """What staff changed, in the admin API's shape (owner merged member by member)."""
-        changes, owner = {}, {}
-        for field in self.changed_data:
-            if field in API_NAME_OF_FIELD:
-                changes[API_NAME_OF_FIELD[field]] = self.cleaned_data[field]
-            elif field in OWNER_MEMBER_OF_FIELD:
-                owner[OWNER_MEMBER_OF_FIELD[field]] = self.cleaned_data[field]
-        if owner:
-            changes["owner"] = owner
-        return changes
+    def changes(self) -> dict:
+        """What staff changed, as update_key takes it."""
+        return {field: self.cleaned_data[field] for field in self.changed_data}
 
-    def clean(self):
-        data = super().clean()
-        if self.errors:
-            return data
-        # The same merge update_key makes: the stored row with the changed fields on top.
-        merged = {field: getattr(self.instance, field) for field in CONFIG_FIELDS}
-        merged.update({field: data[field] for field in self.changed_data if field in CONFIG_FIELDS})
-        try:
-            check_config(**merged)
-        except InvalidRequest as exc:
-            add_service_error(self, exc)
-        return data
 
-    def _post_clean(self):
-        # Model validation would re-check the database constraints with generic
-        # messages after check_config has already named the field; the instance is
-        # not saved from this form anyway (update_key writes the row).
-        pass
+    def check_rules(self):
+        # The merge update_key makes: the stored row with the changed fields on top. The
+        # instance is not saved from this form (update_key writes the row).
+        construct_instance(self, self.instance, fields=self.changed_data)
+        self.instance.check_rules()
 
 
 # ------------------------------------------------------------------ bulk actions on the key list
@@ -154,7 +125,7 @@ class ChangeTierForm(forms.Form):
     def apply(self, key: ApiKey, *, actor: str) -> bool:
         if key.tier == self.cleaned_data["tier"]:
             return False
-        update_key(key=key, changes={"tier": self.cleaned_data["tier"]}, actor=actor, param_prefix="")
+        update_key(key=key, changes={"tier": self.cleaned_data["tier"]}, actor=actor)
         return True
 
 
@@ -177,7 +148,7 @@ class AddCreditsForm(forms.Form):
             locked = ApiKey.objects.select_for_update().get(pk=key.pk)
             target = min(locked.credits + amount, locked.max_credits)
             if target != locked.credits:
-                update_key(key=locked, changes={"credits": target}, actor=actor, param_prefix="")
+                update_key(key=locked, changes={"credits": target}, actor=actor)
         return locked.credits + amount > locked.max_credits
 
 
@@ -189,5 +160,5 @@ class RefillForm(forms.Form):
             locked = ApiKey.objects.select_for_update().get(pk=key.pk)
             if locked.credits == locked.max_credits:
                 return False
-            update_key(key=locked, changes={"credits": locked.max_credits}, actor=actor, param_prefix="")
+            update_key(key=locked, changes={"credits": locked.max_credits}, actor=actor)
         return True

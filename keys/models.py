@@ -4,14 +4,56 @@ import secrets
 from django.db import models
 from django.db.models import Q
 
+from utils_app.errors import InvalidRequest
+
 TIERS = ("free", "augmented", "premium", "cool", "partner", "limited", "exclusive", "special")
 TIER_CHOICES = [(tier, tier) for tier in TIERS]
 
-RPM_RANGE = (1, 1000)
-RPH_RANGE = (1, 10000)
-MAX_CONCURRENT_RANGE = (1, 1000)
+# The rules of a key's configuration live here and nowhere else: the ranges below, the tiers
+# above, credits <= maxCredits and the owner columns' lengths (ApiKey.check_rules). Every door
+# that configures a key (admin API, staff forms, issue_key command) goes through keys.services,
+# which asks check_rules; the admin API's fields, the forms' fields and the database constraints
+# in ApiKey.Meta read their bounds from the same statements. A new key's defaults are its
+# fields' own (ApiKey.new).
+
+# (least, most) of each number of a key; most None: no ceiling but the column's own (a bigint).
+RANGES = {
+    "credits": (0, None),
+    "max_credits": (0, None),
+    "rpm": (1, 1000),
+    "rph": (1, 10000),
+    "max_concurrent": (1, 1000),
+}
+BIGINT_MAX = models.BigIntegerField.MAX_BIGINT
+
 SECRET_PREFIX = "sk-"
 DISPLAY_PREFIX_LENGTH = 10  # "sk-" plus 7 characters: enough to tell keys apart, useless to an attacker
+
+
+def bounds(field: str) -> tuple[int, int]:
+    """(least, most) of one of a key's numbers, the column's limit standing in for "no ceiling"."""
+    least, most = RANGES[field]
+    return least, BIGINT_MAX if most is None else most
+
+
+def _in_range(field: str) -> Q:
+    least, most = RANGES[field]
+    if most is None:
+        return Q(**{f"{field}__gte": least})
+    return Q(**{f"{field}__gte": least, f"{field}__lte": most})
+
+
+class KeyRuleError(InvalidRequest):
+    """A key configuration that breaks one of the rules: ``field`` is the ApiKey field at fault.
+
+    It is a 400 wherever it surfaces. The admin API names the member it read into ``field``
+    (keys.serializers.naming_rule_errors), a staff form puts the message on its field of that
+    name, a command prints the message.
+    """
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message, code="invalid_value")
+        self.field = field
 
 
 def generate_secret() -> str:
@@ -21,6 +63,18 @@ def generate_secret() -> str:
 
 def digest_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+# The members of a key's owner object (the SPEC's names) and the columns that hold them.
+OWNER_FIELDS = {
+    "platform_id": "owner_platform_id",
+    "platform_username": "owner_platform_username",
+    "platform_img": "owner_platform_img",
+    "category": "owner_category",
+}
+# What configuring a key may change (the admin API's update, the staff edit page); the rest
+# of a key is set when it is issued or by the service itself.
+CONFIG_FIELDS = ("tier", "credits", "max_credits", "rpm", "rph", "max_concurrent", *OWNER_FIELDS.values())
 
 
 class ApiKeyQuerySet(models.QuerySet):
@@ -40,18 +94,19 @@ class ApiKey(models.Model):
     name = models.CharField(max_length=120, blank=True, help_text="A label for staff.")
     tier = models.CharField(max_length=16, choices=TIER_CHOICES, default="free")
     credits = models.BigIntegerField(default=0)
-    max_credits = models.BigIntegerField(default=0)
+    # The verbose names are the SPEC's spelling: the rules' messages and the staff forms use them.
+    max_credits = models.BigIntegerField("maxCredits", default=0)
     rpm = models.PositiveIntegerField(default=60)
     rph = models.PositiveIntegerField(default=1000)
     max_concurrent = models.PositiveIntegerField(
-        default=16, help_text="Requests of this key in flight at once (streams count until they end).")
+        "maxConcurrent", default=16, help_text="Requests of this key in flight at once (streams count until they end).")
     # Charges of this key still pending (LedgerEntry rows with status 'pending'). Kept on the
     # row so the charge can check maxConcurrent under the row lock it already takes;
     # reconcile checks it against the ledger.
     in_flight = models.PositiveIntegerField(default=0, editable=False)
     owner_platform_id = models.CharField(max_length=64, blank=True, db_index=True)
     owner_platform_username = models.CharField(max_length=120, blank=True, db_index=True)
-    owner_platform_img = models.CharField(max_length=500, blank=True)
+    owner_platform_img = models.CharField("owner platform image", max_length=500, blank=True)
     owner_category = models.CharField(max_length=120, blank=True, db_index=True)
     is_admin = models.BooleanField(default=False)
     is_active = models.BooleanField(default=True)
@@ -64,19 +119,49 @@ class ApiKey(models.Model):
     class Meta:
         verbose_name = "API key"
         constraints = [
-            # Backstops for the conditional UPDATE in gateway.metering and the
-            # validation of the admin API: the database refuses what code must not do.
-            models.CheckConstraint(condition=Q(credits__gte=0), name="apikey_credits_non_negative"),
-            models.CheckConstraint(condition=Q(max_credits__gte=0), name="apikey_max_credits_non_negative"),
-            models.CheckConstraint(condition=Q(rpm__gte=RPM_RANGE[0], rpm__lte=RPM_RANGE[1]), name="apikey_rpm_range"),
-            models.CheckConstraint(condition=Q(rph__gte=RPH_RANGE[0], rph__lte=RPH_RANGE[1]), name="apikey_rph_range"),
+            # The rules of check_rules, held by the database too: the backstop for the conditional
+            # UPDATE in gateway.metering and for any write that bypasses keys.services.
             models.CheckConstraint(condition=Q(tier__in=TIERS), name="apikey_tier_known"),
+            models.CheckConstraint(condition=_in_range("credits"), name="apikey_credits_non_negative"),
+            models.CheckConstraint(condition=_in_range("max_credits"), name="apikey_max_credits_non_negative"),
+            models.CheckConstraint(condition=_in_range("rpm"), name="apikey_rpm_range"),
+            models.CheckConstraint(condition=_in_range("rph"), name="apikey_rph_range"),
+            models.CheckConstraint(condition=_in_range("max_concurrent"), name="apikey_max_concurrent_range"),
             models.CheckConstraint(condition=Q(credits__lte=models.F("max_credits")),
                                    name="apikey_credits_within_max"),
-            models.CheckConstraint(condition=Q(max_concurrent__gte=MAX_CONCURRENT_RANGE[0],
-                                               max_concurrent__lte=MAX_CONCURRENT_RANGE[1]),
-                                   name="apikey_max_concurrent_range"),
         ]
+
+    @classmethod
+    def new(cls, **fields) -> "ApiKey":
+        """An unsaved key that keeps the rules (KeyRuleError otherwise).
+
+        Fields left out or None take their defaults, and maxCredits defaults to the key's
+        credits. ``owner`` may be given as the owner object instead of its columns.
+        """
+        key = cls(**{name: value for name, value in fields.items() if value is not None})
+        if fields.get("max_credits") is None:
+            key.max_credits = key.credits
+        key.check_rules()
+        return key
+
+    def check_rules(self) -> None:
+        """Raise KeyRuleError for the first rule this configuration breaks."""
+        if self.tier not in TIERS:
+            raise KeyRuleError("tier", f"tier must be one of: {', '.join(TIERS)}.")
+        for field, (least, most) in RANGES.items():
+            value, name = getattr(self, field), self._meta.get_field(field).verbose_name
+            if most is not None and not least <= value <= most:
+                raise KeyRuleError(field, f"{name} must be between {least} and {most}.")
+            if value < least:
+                raise KeyRuleError(field, f"{name} must be {least} or more.")
+            if value > BIGINT_MAX:  # no ceiling but the column's
+                raise KeyRuleError(field, f"{name} must be at most {BIGINT_MAX}.")
+        if self.credits > self.max_credits:
+            raise KeyRuleError("credits", f"credits ({self.credits}) may not exceed maxCredits ({self.max_credits}).")
+        for field in ("name", *OWNER_FIELDS.values()):
+            column = self._meta.get_field(field)
+            if len(getattr(self, field)) > column.max_length:
+                raise KeyRuleError(field, f"{column.verbose_name} may be at most {column.max_length} characters.")
 
     def __str__(self):
         return f"{self.prefix}… ({self.tier})"
@@ -96,12 +181,13 @@ class ApiKey(models.Model):
 
     @property
     def owner(self) -> dict:
-        return {
-            "platform_id": self.owner_platform_id,
-            "platform_username": self.owner_platform_username,
-            "platform_img": self.owner_platform_img,
-            "category": self.owner_category,
-        }
+        return {member: getattr(self, field) for member, field in OWNER_FIELDS.items()}
+
+    @owner.setter
+    def owner(self, members: dict) -> None:
+        """Sets the members given and keeps the others; None clears a member."""
+        for member, value in members.items():
+            setattr(self, OWNER_FIELDS[member], "" if value is None else value)
 
     def config(self) -> dict:
         """The SPEC's ApiKeyConfig, with maxConcurrent (CONTRACT.md §5)."""
@@ -114,14 +200,6 @@ class ApiKey(models.Model):
             "maxConcurrent": self.max_concurrent,
             "owner": self.owner,
         }
-
-
-OWNER_FIELDS = {
-    "platform_id": "owner_platform_id",
-    "platform_username": "owner_platform_username",
-    "platform_img": "owner_platform_img",
-    "category": "owner_category",
-}
 
 
 class AuditLog(models.Model):

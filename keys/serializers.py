@@ -5,16 +5,20 @@ Parsing is strict on purpose: an administrator who sends ``"rpm": "100"``,
 of a silent coercion or a change that never happened. The strict fields and base
 are utils_app.serializers, shared with the metered operations.
 
-The fields state each member's own range with the model's constants (TIERS,
-RPM_RANGE, RPH_RANGE, MAX_CONCURRENT_RANGE), so the OpenAPI schema says exactly what is accepted; the
-rule across members and the key's current state (credits <= maxCredits) is
-keys.services.check_config's, which reports the same dotted ``param``.
+Each member reads into an ApiKey field (its ``source`` where the SPEC's name differs),
+so the validated data is in the model's terms and goes to keys.services as it is. The
+members' ranges are the model's (keys.models.bounds), so the OpenAPI schema says exactly
+what is accepted. The rule across members and the key's current state (credits <=
+maxCredits) is ApiKey.check_rules'; its KeyRuleError names a model field, and
+naming_rule_errors turns that back into the member's dotted ``param`` through the same
+declared sources.
 """
+from contextlib import contextmanager
+
 from rest_framework import serializers
 
-from keys.models import MAX_CONCURRENT_RANGE, OWNER_FIELDS, RPH_RANGE, RPM_RANGE, TIERS, ApiKey
+from keys.models import TIERS, ApiKey, KeyRuleError, bounds
 from utils_app.serializers import (
-    BIGINT_MAX,
     StrictBooleanField,
     StrictCharField,
     StrictChoiceField,
@@ -25,34 +29,37 @@ from utils_app.serializers import (
 SECRET_MAX_LENGTH = 200
 
 
-def _owner_field(member: str) -> StrictCharField:
+def _number(field: str, **kwargs) -> StrictIntegerField:
+    """A member for one of a key's numbers, within the range the model states for ``field``."""
+    least, most = bounds(field)
+    return StrictIntegerField(required=False, min_value=least, max_value=most, **kwargs)
+
+
+def _text(field: str, **kwargs) -> StrictCharField:
     # The column's own max_length, so an over-long value is a 400 and never a database error.
-    return StrictCharField(required=False, allow_blank=True,
-                           max_length=ApiKey._meta.get_field(OWNER_FIELDS[member]).max_length)
+    return StrictCharField(required=False, allow_blank=True, max_length=ApiKey._meta.get_field(field).max_length,
+                           **kwargs)
 
 
 class OwnerSerializer(StrictSerializer):
-    platform_id = _owner_field("platform_id")
-    platform_username = _owner_field("platform_username")
-    platform_img = _owner_field("platform_img")
-    category = _owner_field("category")
+    platform_id = _text("owner_platform_id", source="owner_platform_id")
+    platform_username = _text("owner_platform_username", source="owner_platform_username")
+    platform_img = _text("owner_platform_img", source="owner_platform_img")
+    category = _text("owner_category", source="owner_category")
 
 
 class ApiKeyConfigSerializer(StrictSerializer):
     """The SPEC's ApiKeyConfig; every member optional. Only the members sent end up in validated_data."""
 
     tier = StrictChoiceField(choices=TIERS, required=False)
-    credits = StrictIntegerField(required=False, min_value=0, max_value=BIGINT_MAX,
-                                 help_text="At most maxCredits (the one sent, or the key's own).")
-    maxCredits = StrictIntegerField(required=False, min_value=0, max_value=BIGINT_MAX)
-    rpm = StrictIntegerField(required=False, min_value=RPM_RANGE[0], max_value=RPM_RANGE[1],
-                             help_text="Requests per minute.")
-    rph = StrictIntegerField(required=False, min_value=RPH_RANGE[0], max_value=RPH_RANGE[1],
-                             help_text="Requests per hour.")
-    maxConcurrent = StrictIntegerField(required=False, min_value=MAX_CONCURRENT_RANGE[0],
-                                       max_value=MAX_CONCURRENT_RANGE[1],
-                                       help_text="Requests in flight at once, streams included.")
-    owner = OwnerSerializer(required=False, help_text="Merged member by member into the current owner.")
+    credits = _number("credits", help_text="At most maxCredits (the one sent, or the key's own).")
+    maxCredits = _number("max_credits", source="max_credits")
+    rpm = _number("rpm", help_text="Requests per minute.")
+    rph = _number("rph", help_text="Requests per hour.")
+    maxConcurrent = _number("max_concurrent", source="max_concurrent",
+                            help_text="Requests in flight at once, streams included.")
+    # Its members are columns of the key itself, hence source "*".
+    owner = OwnerSerializer(source="*", required=False, help_text="Merged member by member into the current owner.")
 
 
 class UpdateKeyRequest(StrictSerializer):
@@ -60,16 +67,45 @@ class UpdateKeyRequest(StrictSerializer):
     update = ApiKeyConfigSerializer()
 
 
+def _defaults() -> str:
+    default = {field: ApiKey._meta.get_field(field).default for field in ("tier", "credits", "rpm", "rph",
+                                                                          "max_concurrent")}
+    return (f"Defaults: tier {default['tier']}, credits {default['credits']}, maxCredits = credits, "
+            f"rpm {default['rpm']}, rph {default['rph']}, maxConcurrent {default['max_concurrent']}, empty owner.")
+
+
 class CreateKeyRequest(StrictSerializer):
-    config = ApiKeyConfigSerializer(required=False, help_text=(
-        "Defaults: tier free, credits 0, maxCredits = credits, rpm 60, rph 1000, maxConcurrent 16, empty owner."))
-    name = StrictCharField(required=False, allow_blank=True, max_length=ApiKey._meta.get_field("name").max_length,
-                           help_text="A label for staff.")
-    isAdmin = StrictBooleanField(required=False, default=False, help_text="May the new key call /admin operations.")
+    # Its members are the new key's fields, hence source "*"; those left out take the model's defaults.
+    config = ApiKeyConfigSerializer(source="*", required=False, help_text=_defaults())
+    name = _text("name", help_text="A label for staff.")
+    isAdmin = StrictBooleanField(source="is_admin", required=False, default=False,
+                                 help_text="May the new key call /admin operations.")
 
 
 class RevokeKeyRequest(StrictSerializer):
     key = StrictCharField(max_length=SECRET_MAX_LENGTH, help_text="The secret of the key to revoke.")
+
+
+def member_path(serializer: serializers.Serializer, field: str) -> str | None:
+    """The dotted path of the member that ``serializer`` reads into the ApiKey field ``field``."""
+    for name, member in serializer.fields.items():
+        if isinstance(member, serializers.Serializer):
+            inner = member_path(member, field)
+            if inner is not None:
+                return f"{name}.{inner}"
+        elif member.source == field:
+            return name
+    return None
+
+
+@contextmanager
+def naming_rule_errors(request_class: type[serializers.Serializer]):
+    """A KeyRuleError raised inside gets, as its ``param``, the member of ``request_class`` it concerns."""
+    try:
+        yield
+    except KeyRuleError as broken:
+        broken.param = member_path(request_class(), broken.field)
+        raise
 
 
 # ---------------------------------------------------------------- response shapes (OpenAPI only)

@@ -1,43 +1,15 @@
-"""Workflows on keys shared by the admin API, the staff UI and the management commands."""
+"""Workflows on keys shared by the admin API, the staff UI and the management commands.
+
+They speak ApiKey's field names and keep the rules the model states (ApiKey.check_rules):
+naming a field in the caller's own terms is the caller's business.
+"""
 from django.db import transaction
 from django.db.models import F
 
 from keys import ledger
 from keys.auth_cache import forget
-from keys.models import (
-    MAX_CONCURRENT_RANGE,
-    OWNER_FIELDS,
-    RPH_RANGE,
-    RPM_RANGE,
-    TIERS,
-    ApiKey,
-    AuditLog,
-    LedgerEntry,
-    generate_secret,
-)
-from utils_app.errors import InvalidRequest, NotFound
-
-
-def check_config(*, tier: str, credits: int, max_credits: int, rpm: int, rph: int, max_concurrent: int = 16,
-                 prefix: str = "") -> None:
-    """The rules every key configuration must satisfy; ``prefix`` leads the error's param path."""
-    def fail(field, message):
-        raise InvalidRequest(message, code="invalid_value", param=f"{prefix}{field}")
-
-    if tier not in TIERS:
-        fail("tier", f"tier must be one of: {', '.join(TIERS)}.")
-    if credits < 0:
-        fail("credits", "credits must be 0 or more.")
-    if max_credits < 0:
-        fail("maxCredits", "maxCredits must be 0 or more.")
-    if not RPM_RANGE[0] <= rpm <= RPM_RANGE[1]:
-        fail("rpm", f"rpm must be between {RPM_RANGE[0]} and {RPM_RANGE[1]}.")
-    if not RPH_RANGE[0] <= rph <= RPH_RANGE[1]:
-        fail("rph", f"rph must be between {RPH_RANGE[0]} and {RPH_RANGE[1]}.")
-    if not MAX_CONCURRENT_RANGE[0] <= max_concurrent <= MAX_CONCURRENT_RANGE[1]:
-        fail("maxConcurrent", f"maxConcurrent must be between {MAX_CONCURRENT_RANGE[0]} and {MAX_CONCURRENT_RANGE[1]}.")
-    if credits > max_credits:
-        fail("credits", f"credits ({credits}) may not exceed maxCredits ({max_credits}).")
+from keys.models import CONFIG_FIELDS, ApiKey, AuditLog, LedgerEntry, generate_secret
+from utils_app.errors import NotFound
 
 
 def audit(*, actor: str, action: str, key: ApiKey | None, before: dict | None, after: dict | None) -> AuditLog:
@@ -50,32 +22,24 @@ def key_snapshot(key: ApiKey) -> dict:
     return {**key.config(), "is_admin": key.is_admin, "is_active": key.is_active, "name": key.name}
 
 
-def issue_key(*, actor: str, tier: str = "free", credits: int = 0, max_credits: int | None = None,
-              rpm: int = 60, rph: int = 1000, max_concurrent: int = 16, owner: dict | None = None,
-              is_admin: bool = False, name: str = "", param_prefix: str = "") -> tuple[ApiKey, str]:
-    """Create a key and return it with its secret, the only time the secret exists."""
-    if max_credits is None:
-        max_credits = credits
-    check_config(tier=tier, credits=credits, max_credits=max_credits, rpm=rpm, rph=rph,
-                 max_concurrent=max_concurrent, prefix=param_prefix)
+def issue_key(*, actor: str, **fields) -> tuple[ApiKey, str]:
+    """Create a key and return it with its secret, the only time the secret exists.
+
+    ``fields`` are ApiKey fields (tier, credits, max_credits, rpm, rph, max_concurrent, the owner
+    columns or ``owner``, name, is_admin); what is left out or None takes its default
+    (ApiKey.new). A configuration that breaks a rule raises KeyRuleError and creates nothing.
+    """
+    unknown = set(fields) - {*CONFIG_FIELDS, "owner", "name", "is_admin"}
+    if unknown:
+        raise TypeError(f"issue_key cannot set {', '.join(sorted(unknown))}")
+    key = ApiKey.new(**fields)
     secret = generate_secret()
-    key = ApiKey(tier=tier, credits=credits, max_credits=max_credits, rpm=rpm, rph=rph,
-                 max_concurrent=max_concurrent, is_admin=is_admin, name=name)
-    for member, value in (owner or {}).items():
-        setattr(key, OWNER_FIELDS[member], value or "")
     key.set_secret(secret)
     with transaction.atomic():
         key.save()
         ledger.record_change(key=key, before=0, kind=LedgerEntry.GRANT, actor=actor)
         audit(actor=actor, action="create_key", key=key, before=None, after=key_snapshot(key))
     return key, secret
-
-
-def create_key(*, config: dict, actor: str, name: str = "", is_admin: bool = False) -> tuple[ApiKey, str]:
-    """issue_key for the admin API: ``config`` uses the API's member names (maxCredits, owner, ...)."""
-    return issue_key(actor=actor, tier=config.get("tier", "free"), credits=config.get("credits", 0),
-                     max_credits=config.get("maxCredits"), rpm=config.get("rpm", 60), rph=config.get("rph", 1000),
-                     max_concurrent=config.get("maxConcurrent", 16), owner=config.get("owner"), is_admin=is_admin, name=name, param_prefix="config.")
 
 
 def find_key(secret: str) -> ApiKey:
@@ -100,25 +64,23 @@ def refill_all(*, actor: str) -> int:
     return changed
 
 
-def update_key(*, key: ApiKey, changes: dict, actor: str, param_prefix: str = "update.") -> ApiKey:
-    """Apply a partial configuration change (API names: tier, credits, maxCredits, rpm, rph, owner).
+def update_key(*, key: ApiKey, changes: dict, actor: str) -> ApiKey:
+    """Apply a partial configuration change: ``changes`` maps fields of CONFIG_FIELDS to values.
 
-    ``owner`` is merged member by member. The row is locked while the change is
-    computed so a concurrent charge cannot slip between the read and the write;
-    the new values apply to the key's very next request.
+    A change that would leave the key breaking a rule raises KeyRuleError and changes nothing.
+    The row is locked while the change is computed so a concurrent charge cannot slip between
+    the read and the write; the new values apply to the key's very next request.
     """
+    unknown = set(changes) - set(CONFIG_FIELDS)
+    if unknown:
+        raise TypeError(f"update_key cannot change {', '.join(sorted(unknown))}")
     with transaction.atomic():
         key = ApiKey.objects.select_for_update().get(pk=key.pk)
         before = key_snapshot(key)
         balance_before = key.credits
-        for api_name, field in (("tier", "tier"), ("credits", "credits"), ("maxCredits", "max_credits"),
-                                ("rpm", "rpm"), ("rph", "rph"), ("maxConcurrent", "max_concurrent")):
-            if api_name in changes:
-                setattr(key, field, changes[api_name])
-        for member, value in (changes.get("owner") or {}).items():
-            setattr(key, OWNER_FIELDS[member], value if value is not None else "")
-        check_config(tier=key.tier, credits=key.credits, max_credits=key.max_credits, rpm=key.rpm, rph=key.rph,
-                     max_concurrent=key.max_concurrent, prefix=param_prefix)
+        for field, value in changes.items():
+            setattr(key, field, value)
+        key.check_rules()
         key.save()
         ledger.record_change(key=key, before=balance_before, kind=LedgerEntry.ADJUSTMENT, actor=actor)
         audit(actor=actor, action="update_key", key=key, before=before, after=key_snapshot(key))

@@ -2,8 +2,10 @@
 
 Every operation goes through keys.services, the same functions the staff UI and
 the management commands use, so the rules and the audit log are the same
-whichever door a change comes through. No throttle: admin keys are few and
-trusted, and a guessed secret is out of reach (256 random bits).
+whichever door a change comes through. The serializers read a body into the
+model's field names, and name the member of a broken rule on the way back. No
+throttle: admin keys are few and trusted, and a guessed secret is out of reach
+(256 random bits).
 """
 from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework.response import Response
@@ -11,7 +13,7 @@ from rest_framework.views import APIView
 
 from keys import serializers as s
 from keys.auth import BearerKeyAuthentication, IsAdminKey
-from keys.services import create_key, find_key, set_active, update_key
+from keys.services import find_key, issue_key, set_active, update_key
 from utils_app.errors import parse_json_object
 from utils_app.schema import error_responses
 
@@ -47,7 +49,8 @@ class UpdateKeyView(AdminView):
     )
     def post(self, request):
         data = _parse(s.UpdateKeyRequest, request)
-        key = update_key(key=find_key(data["key"]), changes=data["update"], actor=_actor(request))
+        with s.naming_rule_errors(s.UpdateKeyRequest):
+            key = update_key(key=find_key(data["key"]), changes=data["update"], actor=_actor(request))
         return Response({"apiKey": {"key": data["key"], "config": key.config()}})
 
 
@@ -62,8 +65,8 @@ class CreateKeyView(AdminView):
     )
     def post(self, request):
         data = _parse(s.CreateKeyRequest, request)
-        key, secret = create_key(config=data.get("config", {}), name=data.get("name", ""),
-                                 is_admin=data["isAdmin"], actor=_actor(request))
+        with s.naming_rule_errors(s.CreateKeyRequest):
+            key, secret = issue_key(actor=_actor(request), **data)
         return Response({"apiKey": {"key": secret, "config": key.config(), "prefix": key.prefix,
                                     "name": key.name, "isAdmin": key.is_admin}}, status=201)
 

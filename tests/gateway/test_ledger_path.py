@@ -44,7 +44,7 @@ def test_a_refund_never_lifts_credits_above_max_credits_and_records_what_it_rest
     key, secret = make_key(credits=10, max_credits=10)
     chat = AiModel.objects.get(model_id="fake-chat")
     entry = metering.charge(key=key, model=chat, operation="chat", amount=4, request_id="r")
-    update_key(key=key, changes={"maxCredits": 7}, actor="staff")  # lowered while the request runs
+    update_key(key=key, changes={"max_credits": 7}, actor="staff")  # lowered while the request runs
     assert metering.refund(entry=entry) == 7
     refund = LedgerEntry.objects.get(key=key, kind="refund")
     assert (refund.amount, refund.balance_after, refund.charge_id) == (1, 7, entry)

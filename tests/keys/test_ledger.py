@@ -46,7 +46,7 @@ def test_an_admin_api_edit_of_credits_is_a_row_with_the_difference(client, make_
 
 def test_an_edit_that_leaves_the_balance_alone_writes_no_row(make_key):
     key, _ = make_key(credits=40, max_credits=50)
-    update_key(key=key, changes={"rpm": 10, "maxCredits": 60}, actor="test")
+    update_key(key=key, changes={"rpm": 10, "max_credits": 60}, actor="test")
     assert entries(key) == [("grant", 40, 40, "completed")]
 
 

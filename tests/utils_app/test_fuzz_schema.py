@@ -149,7 +149,7 @@ class KeyPerOperation:
 @schema.hook("filter_case").apply_to(path="/admin/create-key")
 def credits_within_max_credits(context, case):
     """The one rule JSON Schema cannot state: a new key's credits may not exceed its maxCredits
-    (written on the member; keys.services.check_config refuses it with a 400)."""
+    (written on the member; ApiKey.check_rules refuses it with a 400)."""
     config = case.body.get("config") if isinstance(case.body, dict) else None
     if not isinstance(config, dict):
         return True

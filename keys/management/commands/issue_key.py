@@ -1,8 +1,12 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from keys.models import TIERS
+from keys.models import RANGES, TIERS, ApiKey, KeyRuleError
 from keys.services import issue_key
-from utils_app.errors import GatewayError
+
+
+def _range(field: str) -> str:
+    least, most = RANGES[field]
+    return f"{least}-{most}"
 
 
 class Command(BaseCommand):
@@ -10,28 +14,26 @@ class Command(BaseCommand):
             "it is stored only as a digest and cannot be shown again.")
 
     def add_arguments(self, parser):
+        # Each option's dest is the ApiKey field it sets; one left out takes the model's default.
         parser.add_argument("--tier", required=True, choices=TIERS)
-        parser.add_argument("--credits", type=int, default=0)
+        parser.add_argument("--credits", type=int)
         parser.add_argument("--max-credits", type=int, help="credit ceiling (default: --credits)")
-        parser.add_argument("--rpm", type=int, default=60, help="requests per minute (1-1000)")
-        parser.add_argument("--rph", type=int, default=1000, help="requests per hour (1-10000)")
-        parser.add_argument("--max-concurrent", type=int, default=16,
-                            help="requests in flight at once, streams included (1-1000)")
-        parser.add_argument("--owner-id", default="")
-        parser.add_argument("--owner-username", default="")
-        parser.add_argument("--owner-category", default="")
-        parser.add_argument("--name", default="", help="a label for staff")
-        parser.add_argument("--admin", action="store_true", help="may call the /admin API operations")
+        parser.add_argument("--rpm", type=int, help=f"requests per minute ({_range('rpm')})")
+        parser.add_argument("--rph", type=int, help=f"requests per hour ({_range('rph')})")
+        parser.add_argument("--max-concurrent", type=int,
+                            help=f"requests in flight at once, streams included ({_range('max_concurrent')})")
+        parser.add_argument("--owner-id", dest="owner_platform_id", metavar="OWNER_ID")
+        parser.add_argument("--owner-username", dest="owner_platform_username", metavar="OWNER_USERNAME")
+        parser.add_argument("--owner-category", dest="owner_category", metavar="OWNER_CATEGORY")
+        parser.add_argument("--name", help="a label for staff")
+        parser.add_argument("--admin", dest="is_admin", action="store_true", help="may call the /admin API operations")
 
     def handle(self, *args, **o):
+        fields = {field.name for field in ApiKey._meta.fields}
         try:
-            key, secret = issue_key(
-                actor="command issue_key", tier=o["tier"], credits=o["credits"], max_credits=o["max_credits"],
-                rpm=o["rpm"], rph=o["rph"], max_concurrent=o["max_concurrent"], is_admin=o["admin"], name=o["name"],
-                owner={"platform_id": o["owner_id"], "platform_username": o["owner_username"],
-                       "category": o["owner_category"]})
-        except GatewayError as exc:
-            raise CommandError(exc.message) from None
+            key, secret = issue_key(actor="command issue_key", **{k: v for k, v in o.items() if k in fields})
+        except KeyRuleError as broken:
+            raise CommandError(broken.message) from None
         self.stdout.write(f"issued {key.prefix}… tier={key.tier} credits={key.credits}/{key.max_credits} "
                           f"rpm={key.rpm} rph={key.rph} maxConcurrent={key.max_concurrent}{' admin' if key.is_admin else ''}")
         self.stdout.write(secret)

@@ -38,7 +38,7 @@ class InviteView(PublicAPIView):
         try:
             data = lookups.invite_for_link(request.query_params.get("link"))
         except lookups.InviteFailure as failure:
-            # CONTRACT §6: this operation reports failures in its own {success, data, error} shape.
+            # This operation reports failures in its own {success, data, error} shape (docs/community.md).
             return Response({"success": False, "data": None, "error": failure.message},
                             status=failure.status, headers=failure.headers)
         return Response({"success": True, "data": data, "error": None})

@@ -190,7 +190,7 @@ class ApiKey(models.Model):
             setattr(self, OWNER_FIELDS[member], "" if value is None else value)
 
     def config(self) -> dict:
-        """The SPEC's ApiKeyConfig, with maxConcurrent (CONTRACT.md §5)."""
+        """The SPEC's ApiKeyConfig, with maxConcurrent (docs/admin-api.md)."""
         return {
             "tier": self.tier,
             "credits": self.credits,

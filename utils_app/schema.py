@@ -86,7 +86,7 @@ class SchemaRulesExtension(OpenApiSerializerExtension):
         return {**schema, _RULES: get_class(self.target).schema_rules}
 
 
-# Paths whose every error leaves as ErrorBody (CONTRACT §4); the HTML landing page is not among them.
+# Paths whose every error leaves as ErrorBody (docs/foundation.md, "Errors and limits on input"); the HTML landing page is not among them.
 _JSON_ERROR_PATHS = ("/v1/", "/admin/", "/utils/", "/benchmark", "/health")
 _METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 IDEMPOTENCY_KEY = {

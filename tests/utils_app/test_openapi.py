@@ -5,7 +5,7 @@ from django.core.management import call_command
 
 pytestmark = pytest.mark.django_db
 
-# Every operation SPEC.md names: "Endpoints" and "Other operations that exist by name".
+# Every operation the service documents (docs/public-operations.md, docs/metered-operations.md, docs/admin-api.md).
 SPEC_OPERATIONS = [
     ("post", "/v1/chat/completions"),
     ("post", "/v1/images/generations"),

@@ -75,28 +75,20 @@ def test_a_scraper_that_asks_for_openmetrics_gets_it_and_other_methods_are_refus
     assert client.post("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 405
 
 
-COST = """
-import timeit
+COUNT_ONE_REQUEST = """
 from utils_app import metrics
-
-def one_request():
-    # What a completed, non-streamed metered request counts.
-    metrics.response_ready(operation="chat-completions", seconds=0.01, upstream_seconds=0.008)
-    metrics.upstream_called(provider="local", seconds=0.008)
-    metrics.settled(model="local-chat", credits=1, input_tokens=12, output_tokens=30)
-    metrics.request_answered(operation="chat-completions", model="local-chat", status=200)
-
-rounds = 2000
-print(min(timeit.repeat(one_request, number=rounds, repeat=5)) / rounds)
+metrics.response_ready(operation="chat-completions", seconds=0.01, upstream_seconds=0.008)
+metrics.upstream_called(provider="local", seconds=0.008)
+metrics.settled(model="local-chat", credits=1, input_tokens=12, output_tokens=30)
+metrics.request_answered(operation="chat-completions", model="local-chat", status=200)
 """
 
 
-def test_counting_one_request_in_multiprocess_mode_costs_less_than_a_twentieth_of_a_millisecond(tmp_path):
-    done = subprocess.run([sys.executable, "-c", "import django; django.setup()\n" + COST], cwd=ROOT,
+def test_in_multiprocess_mode_a_request_is_counted_in_the_shared_folder(tmp_path):
+    # What it costs per request is measured by bench/metrics_cost.py, not asserted here.
+    done = subprocess.run([sys.executable, "-c", "import django; django.setup()\n" + COUNT_ONE_REQUEST], cwd=ROOT,
                           env={**os.environ, "DJANGO_SETTINGS_MODULE": "gateway.settings",
                                "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)},
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    seconds = float(done.stdout.split()[-1])
-    assert seconds < 0.05e-3, f"{seconds * 1e6:.1f} µs per request"
     assert {"counter", "histogram"} <= {path.name.split("_")[0] for path in tmp_path.glob("*.db")}

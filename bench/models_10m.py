@@ -114,7 +114,7 @@ def load_events(total: int, days: int) -> float:
             rows = min(BATCH, total - done)
             conn.execute(f"""
                 INSERT INTO {EVENTS} (key_id, model_id, operation, status, success, input_tokens, output_tokens,
-                                      credits_charged, latency_ms, provider, created_at)
+                                      credits_charged, latency_ms, provider, created_at, request_id)
                 SELECT (%(keys)s::bigint[])[1 + floor(random() * %(nkeys)s)::int],
                        (%(ids)s::bigint[])[i], (%(types)s::text[])[i],
                        CASE WHEN ok THEN 200 ELSE 502 END, ok,
@@ -122,7 +122,7 @@ def load_events(total: int, days: int) -> float:
                        CASE WHEN ok THEN floor(random() * 800)::int ELSE 0 END,
                        CASE WHEN ok THEN (%(costs)s::int[])[i] ELSE 0 END,
                        (40 + floor(random() * random() * 3000))::int, 'bench',
-                       now() - random() * %(span)s::interval
+                       now() - random() * %(span)s::interval, ''
                 FROM (SELECT 1 + floor(random() * %(n)s)::int AS i, random() >= 0.03 AS ok
                       FROM generate_series(1, %(rows)s)) AS src""", {**params, "rows": rows})
             conn.commit()
@@ -171,8 +171,8 @@ def check_rollups() -> dict:
         # The trigger is on again: one insert (rolled back) moves the hourly rollup by exactly one.
         before = conn.execute(f"SELECT sum(requests) FROM {HOURLY}").fetchone()[0]
         conn.execute(f"INSERT INTO {EVENTS} (key_id, model_id, operation, status, success, input_tokens, "
-                     f"output_tokens, credits_charged, latency_ms, provider, created_at) SELECT min(k.id), "
-                     f"min(m.id), 'chat', 200, true, 1, 1, 1, 1, 'check', now() FROM keys_apikey k, "
+                     f"output_tokens, credits_charged, latency_ms, provider, created_at, request_id) SELECT min(k.id), "
+                     f"min(m.id), 'chat', 200, true, 1, 1, 1, 1, 'check', now(), '' FROM keys_apikey k, "
                      f"models_catalog_aimodel m")
         after = conn.execute(f"SELECT sum(requests) FROM {HOURLY}").fetchone()[0]
         conn.rollback()

@@ -8,21 +8,18 @@ import logging
 import math
 from dataclasses import dataclass
 
-import requests
 from django.conf import settings
-from requests.adapters import HTTPAdapter
+
+from utils_app.http import TRANSPORT_ERRORS, Upstreams, is_timeout, json_object, timeouts
 
 log = logging.getLogger("gateway.community")
 
-# (connect, read) seconds: a lookup that takes longer is not worth holding a worker thread for.
-TIMEOUT = (3.05, 8)
+# A lookup that takes longer than this is not worth holding a worker thread for.
+TIMEOUT = timeouts(8)
 USER_AGENT = "DiscordBot (model-gateway, 1.0)"
 
-_session = requests.Session()
-_session.headers["User-Agent"] = USER_AGENT
-# One pool per host, sized like the gunicorn thread count so threads do not queue for a socket.
-for _scheme in ("https://", "http://"):
-    _session.mount(_scheme, HTTPAdapter(pool_connections=2, pool_maxsize=32))
+# Two hosts' pools, each sized like the gunicorn thread count so threads do not queue for a socket.
+_upstreams = Upstreams(pool_size=32, hosts=2, user_agent=USER_AGENT)
 
 
 class PlatformError(Exception):
@@ -49,13 +46,14 @@ def get(path: str, *, params: dict | None = None) -> PlatformResponse:
     headers = {}
     if settings.DISCORD_BOT_TOKEN:
         headers["Authorization"] = f"Bot {settings.DISCORD_BOT_TOKEN}"
+    base = settings.DISCORD_API_BASE
     try:
-        response = _session.get(f"{settings.DISCORD_API_BASE}{path}", params=params, headers=headers,
-                                timeout=TIMEOUT, allow_redirects=False)
-    except requests.Timeout:
-        log.warning("community platform timed out on %s", path)
-        raise PlatformError("timeout") from None
-    except requests.RequestException as exc:
+        response = _upstreams.session(base).get(f"{base}{path}", params=params, headers=headers,
+                                                timeout=TIMEOUT, allow_redirects=False)
+    except TRANSPORT_ERRORS as exc:
+        if is_timeout(exc):
+            log.warning("community platform timed out on %s", path)
+            raise PlatformError("timeout") from None
         log.warning("community platform unreachable on %s: %s", path, exc.__class__.__name__)
         raise PlatformError("unreachable") from None
 
@@ -66,25 +64,19 @@ def get(path: str, *, params: dict | None = None) -> PlatformResponse:
     if response.status_code >= 500 or response.status_code < 200 or 300 <= response.status_code < 400:
         log.warning("community platform answered %s on %s", response.status_code, path)
         raise PlatformError("unreachable")
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if response.status_code < 300 and not isinstance(body, dict):
+    body = json_object(response.content)
+    if response.status_code < 300 and body is None:
         log.warning("community platform sent a body that is not a JSON object on %s", path)
         raise PlatformError("unreachable")
-    return PlatformResponse(response.status_code, body if isinstance(body, dict) else None)
+    return PlatformResponse(response.status_code, body)
 
 
 def _retry_after(response) -> int:
     """Whole seconds to wait: the Retry-After header, else the body's retry_after, else 1."""
     candidates = [response.headers.get("Retry-After")]
-    try:
-        body = response.json()
-        if isinstance(body, dict):
-            candidates.append(body.get("retry_after"))
-    except ValueError:
-        pass
+    body = json_object(response.content)
+    if body is not None:
+        candidates.append(body.get("retry_after"))
     for value in candidates:
         try:
             seconds = float(value)

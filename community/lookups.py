@@ -12,12 +12,20 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
 from django.conf import settings
-from django.core.cache import cache
 
 from community import client, links
 from community.client import PlatformError
 from community.models import Guild
-from utils_app.errors import GatewayError, InvalidRequest, NotFound, RateLimited, UpstreamError
+from utils_app.cache import cache_get, cache_get_many, cache_set
+from utils_app.errors import (
+    InvalidRequest,
+    NotFound,
+    PlatformNotConfigured,
+    PlatformTokenRejected,
+    RateLimited,
+    UpstreamError,
+    UpstreamTimeout,
+)
 
 log = logging.getLogger("gateway.community")
 
@@ -85,7 +93,8 @@ def invite_entries(codes: list[str]) -> dict[str, dict]:
     """Cache entries for validated codes: one cache round trip, platform calls only for misses."""
     unique = list(dict.fromkeys(codes))
     keys = {code: f"community:invite:{code}" for code in unique}
-    cached = _cache_get_many(list(keys.values()))
+    # A cache outage costs platform calls, never the answer.
+    cached = cache_get_many(list(keys.values()), why="looking up on the platform")
     entries = {code: cached[key] for code, key in keys.items() if key in cached}
     missing = [code for code in unique if code not in entries]
     if len(missing) == 1:
@@ -98,7 +107,7 @@ def invite_entries(codes: list[str]) -> dict[str, dict]:
         fetched = []
     for code, entry in zip(missing, fetched):
         entries[code] = entry
-        _cache_set(keys[code], entry, _invite_ttl(entry))
+        cache_set(keys[code], entry, _invite_ttl(entry))
     return entries
 
 
@@ -194,14 +203,13 @@ def platform_user(raw_id: str | None) -> dict:
         raise InvalidRequest(str(exc), code="missing_field" if not (raw_id or "").strip() else "invalid_value",
                              param="id") from None
     if not settings.DISCORD_BOT_TOKEN:
-        raise GatewayError("User lookup is not available: the service has no community bot token "
-                           "(DISCORD_BOT_TOKEN is not set).", status=503, type="server_error",
-                           code="platform_not_configured")
+        raise PlatformNotConfigured("User lookup is not available: the service has no community bot token "
+                                    "(DISCORD_BOT_TOKEN is not set).")
     key = f"community:user:{user_id}"
-    entry = _cache_get_many([key]).get(key)
+    entry = cache_get(key, why="looking up on the platform")
     if entry is None:
         entry = _fetch_user(user_id)
-        _cache_set(key, entry, MISSING_SECONDS)
+        cache_set(key, entry, MISSING_SECONDS)
     if entry["status"] == 404:
         raise NotFound(f"No user with id {user_id} on the community platform.", code="user_not_found", param="id")
     return entry["data"]
@@ -214,15 +222,14 @@ def _fetch_user(user_id: str) -> dict:
         if exc.kind == "rate_limited":
             raise RateLimited(MESSAGES[429], retry_after=exc.retry_after) from None
         if exc.kind == "timeout":
-            raise UpstreamError(MESSAGES[504], status=504, code="upstream_timeout") from None
+            raise UpstreamTimeout(MESSAGES[504]) from None
         raise UpstreamError(MESSAGES[502]) from None
     if response.status == 200:
         return {"status": 200, "data": user_information(response.body)}
     if response.status in (400, 404):
         return {"status": 404}
     log.warning("community platform refused a user lookup with status %s", response.status)
-    raise GatewayError("The community platform refused the service's bot token.", status=503,
-                       type="server_error", code="platform_token_rejected")
+    raise PlatformTokenRejected("The community platform refused the service's bot token.")
 
 
 def user_information(raw: dict) -> dict:
@@ -245,21 +252,3 @@ def avatar_url(user_id: str, avatar: str | None, discriminator: str | None) -> s
         index = (int(user_id) >> 22) % 6
     return f"{CDN_BASE}/embed/avatars/{index}.png"
 
-
-# ---------------------------------------------------------------- cache, failing open
-
-def _cache_get_many(keys: list[str]) -> dict:
-    if not keys:
-        return {}
-    try:
-        return cache.get_many(keys)
-    except Exception:  # a cache outage costs a platform call, never the answer
-        log.warning("cache unreachable; looking up on the platform", exc_info=True)
-        return {}
-
-
-def _cache_set(key: str, value: dict, seconds: int) -> None:
-    try:
-        cache.set(key, value, seconds)
-    except Exception:
-        log.warning("cache unreachable; lookup result not cached", exc_info=True)

@@ -27,7 +27,6 @@ import logging
 import os
 import socket
 import struct
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -36,14 +35,13 @@ from urllib.parse import urljoin, urlsplit
 
 import requests
 from django.conf import settings
-from requests.adapters import HTTPAdapter
-from urllib3.exceptions import ProtocolError, ReadTimeoutError
 
 from gateway import local_models
 from gateway.serializers import IMAGE_DEFAULTS, SPEECH_DEFAULTS, image_dimensions
 from models_catalog.catalog import secret_env_allowed
 from models_catalog.models import Provider
-from utils_app.errors import GatewayError, UpstreamError
+from utils_app.errors import GatewayError, UpstreamError, UpstreamRateLimited, UpstreamTimeout
+from utils_app.http import TRANSPORT_ERRORS, Upstreams, is_timeout, json_object, timeouts
 from utils_app.logging import current_request_id
 
 log = logging.getLogger("gateway.upstream")
@@ -60,11 +58,6 @@ MAX_IMAGE_REDIRECTS = 5
 READ_BLOCK = 65536
 
 
-class UpstreamTimeout(UpstreamError):
-    status = 504
-    code = "upstream_timeout"
-
-
 class StreamTooLong(UpstreamTimeout):
     """A stream that outlived STREAM_MAX_SECONDS, ended by the gateway however lively it was."""
 
@@ -74,6 +67,10 @@ class UpstreamRejected(GatewayError):
 
     type = "invalid_request_error"
     code = "upstream_rejected"
+
+    def __init__(self, message: str, *, status: int, **kwargs):
+        super().__init__(message, **kwargs)
+        self.status = status  # the upstream's own 4xx, passed on
 
 
 @dataclass(frozen=True)
@@ -131,8 +128,7 @@ class Deadline:
 
     def timeouts(self) -> tuple[float, float]:
         """(connect, read) timeouts for starting a request now."""
-        left = max(self.left(), 0.001)
-        return min(CONNECT_TIMEOUT, left), left
+        return timeouts(max(self.left(), 0.001), connect=CONNECT_TIMEOUT)
 
 
 def _wait_at_most(response: requests.Response, seconds: float) -> None:
@@ -157,37 +153,8 @@ class Reply:
     content: bytes
 
 
-_sessions: dict[tuple[str, str], requests.Session] = {}
-_sessions_lock = threading.Lock()
-
-
-def _session(provider: Provider) -> requests.Session:
-    """One keep-alive pool per provider, shared by the threads of the process."""
-    key = (provider.name, provider.base_url)
-    session = _sessions.get(key)
-    if session is None:
-        with _sessions_lock:
-            session = _sessions.get(key)
-            if session is None:
-                session = requests.Session()
-                # Proxy settings are read from the environment once, here, instead of on every
-                # call: with trust_env on, requests re-reads them and stats ~/.netrc per request.
-                session.trust_env = False
-                session.proxies.update(requests.utils.get_environ_proxies(provider.base_url or "http://localhost"))
-                # No automatic retries: the fallback chain decides what happens after a failure.
-                adapter = HTTPAdapter(pool_connections=4, pool_maxsize=POOL_SIZE, max_retries=0)
-                session.mount("http://", adapter)
-                session.mount("https://", adapter)
-                _sessions[key] = session
-    return session
-
-
-def _is_timeout(exc: BaseException) -> bool:
-    # requests reports a read timeout while loading a body as a ConnectionError
-    # wrapping urllib3's ReadTimeoutError, so look one level down as well.
-    if isinstance(exc, (requests.Timeout, ReadTimeoutError)):
-        return True
-    return any(isinstance(arg, ReadTimeoutError) for arg in getattr(exc, "args", ()))
+# One keep-alive pool per provider base URL (utils_app.http), shared by the threads of the process.
+_upstreams = Upstreams(pool_size=POOL_SIZE, hosts=4)
 
 
 class HttpProvider:
@@ -254,10 +221,10 @@ class HttpProvider:
             headers.update({"Accept": "text/event-stream", "Accept-Encoding": "identity"})
         try:
             # stream=True either way: the body is read here, by _read, under the size cap.
-            response = _session(self.provider).post(
+            response = _upstreams.session(self.provider.base_url).post(
                 self.provider.base_url + path, data=json.dumps(payload), headers=headers,
                 timeout=deadline.timeouts(), stream=True)
-        except requests.RequestException as exc:
+        except TRANSPORT_ERRORS as exc:
             raise self._transport_error(exc) from None
         return response, secret
 
@@ -284,7 +251,7 @@ class HttpProvider:
                 parts.append(block)
                 if deadline.left() <= 0:
                     raise self._timed_out()
-        except (requests.RequestException, ReadTimeoutError, ProtocolError, OSError) as exc:
+        except TRANSPORT_ERRORS as exc:
             raise self._transport_error(exc) from None
 
     def _error_body(self, response: requests.Response, deadline: Deadline) -> bytes:
@@ -304,16 +271,14 @@ class HttpProvider:
                                f"{self.provider.timeout:g} seconds.")
 
     def _transport_error(self, exc: BaseException) -> UpstreamError:
-        if _is_timeout(exc) or isinstance(exc, socket.timeout):
+        if is_timeout(exc):
             return self._timed_out()
         log.warning("upstream %s unreachable: %s", self.name, exc.__class__.__name__)
         return UpstreamError(f"The upstream provider '{self.name}' could not be reached.")
 
     def _status_error(self, status: int, headers: Mapping[str, str], content: bytes, secret: str) -> GatewayError:
-        try:
-            error = json.loads(content).get("error")
-        except Exception:  # an HTML error page or garbage: only the status is usable
-            error = None
+        # Not a JSON object (an HTML error page, garbage): only the status is usable.
+        error = (json_object(content) or {}).get("error")
         if not isinstance(error, dict):
             error = {"message": error} if isinstance(error, str) else {}
         message = error.get("message") if isinstance(error.get("message"), str) else ""
@@ -332,16 +297,12 @@ class HttpProvider:
             # The upstream's own rate limit: worth trying a fallback, so it is an UpstreamError
             # that keeps the upstream's status when it is the last word.
             retry = {"Retry-After": headers["Retry-After"]} if "Retry-After" in headers else {}
-            return UpstreamError(text, status=429, type="invalid_request_error", code=code, param=param,
-                                 headers=retry)
+            return UpstreamRateLimited(text, code=code, param=param, headers=retry)
         return UpstreamRejected(text, status=status, code=code, param=param)
 
     def _json(self, reply: Reply) -> dict:
-        try:
-            body = json.loads(reply.content)
-        except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested beyond reason
-            body = None
-        if not isinstance(body, dict):
+        body = json_object(reply.content)
+        if body is None:
             raise self._malformed("response")
         return body
 
@@ -365,11 +326,8 @@ class HttpProvider:
         for data in self._events(response):
             if data == "[DONE]":
                 return
-            try:
-                chunk = json.loads(data)
-            except (ValueError, RecursionError):
-                raise self._malformed("stream event") from None
-            if not isinstance(chunk, dict) or not isinstance(chunk.get("choices") or [], list):
+            chunk = json_object(data)
+            if chunk is None or not isinstance(chunk.get("choices") or [], list):
                 raise self._malformed("stream event")
             if chunk.get("error"):
                 error = chunk["error"]
@@ -399,7 +357,7 @@ class HttpProvider:
             _wait_at_most(response, min(self.provider.timeout, left))
             try:
                 block = response.raw.read1(READ_BLOCK)
-            except (ReadTimeoutError, ProtocolError, OSError, requests.RequestException) as exc:
+            except TRANSPORT_ERRORS as exc:
                 if ends - time.monotonic() <= 0:
                     raise self._stream_too_long() from None
                 raise self._transport_error(exc) from None
@@ -462,9 +420,9 @@ class HttpProvider:
         for _ in range(MAX_IMAGE_REDIRECTS + 1):
             self._check_image_url(url)
             try:
-                response = _session(self.provider).get(url, timeout=deadline.timeouts(), stream=True,
-                                                       allow_redirects=False)
-            except requests.RequestException as exc:
+                response = _upstreams.session(self.provider.base_url).get(
+                    url, timeout=deadline.timeouts(), stream=True, allow_redirects=False)
+            except TRANSPORT_ERRORS as exc:
                 raise self._transport_error(exc) from None
             with response:
                 if response.is_redirect:

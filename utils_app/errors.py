@@ -22,17 +22,13 @@ class GatewayError(Exception):
     type = "server_error"
     code = "internal_error"
 
+    # Status and type belong to the class: one class per kind of error (the code may vary within it).
     def __init__(self, message: str, *, code: str | None = None, param: str | None = None,
-                 status: int | None = None, type: str | None = None, headers: dict | None = None,
-                 retry_after: int | None = None):
+                 headers: dict | None = None, retry_after: int | None = None):
         super().__init__(message)
         self.message = message
         if code is not None:
             self.code = code
-        if status is not None:
-            self.status = status
-        if type is not None:
-            self.type = type
         self.param = param
         self.headers = headers or {}
         if retry_after is not None:  # when the client may try again (429, 503)

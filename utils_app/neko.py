@@ -9,63 +9,45 @@ and with those that answer a bare ``{"url": ...}``.
 import logging
 import random
 
-import requests
 from django.conf import settings
-from django.core.cache import cache
-from requests.adapters import HTTPAdapter
 
-from utils_app.errors import UpstreamError
+from utils_app.cache import cache_get, cache_set
+from utils_app.errors import UpstreamError, UpstreamTimeout
+from utils_app.http import TRANSPORT_ERRORS, Upstreams, is_timeout, json_object, timeouts
 
 log = logging.getLogger("gateway.neko")
 
 CACHE_SECONDS = 10
-TIMEOUT = (3.05, 5)  # (connect, read) seconds
+TIMEOUT = timeouts(5)
 CACHE_KEY = "neko:pool"
 
-_session = requests.Session()
-_session.headers["User-Agent"] = "model-gateway/1.0"
-for _scheme in ("https://", "http://"):
-    _session.mount(_scheme, HTTPAdapter(pool_connections=1, pool_maxsize=32))
+_upstreams = Upstreams(pool_size=32)
 
 
 def random_image() -> dict:
     """``{"url", "artist", "artist_url", "source"}``; raises UpstreamError (502/504)."""
-    pool = _cached_pool()
+    # A cache outage costs an upstream call, never the answer.
+    pool = cache_get(CACHE_KEY, why="asking the neko upstream")
     if pool is None:
         pool = _fetch_pool()
-        try:
-            cache.set(CACHE_KEY, pool, CACHE_SECONDS)
-        except Exception:  # a cache outage costs an upstream call, never the answer
-            log.warning("cache unreachable; neko images not cached", exc_info=True)
+        cache_set(CACHE_KEY, pool, CACHE_SECONDS)
     return random.choice(pool)
 
 
-def _cached_pool() -> list | None:
-    try:
-        return cache.get(CACHE_KEY)
-    except Exception:
-        log.warning("cache unreachable; asking the neko upstream", exc_info=True)
-        return None
-
-
 def _fetch_pool() -> list[dict]:
+    url = settings.NEKO_API_URL
     try:
-        response = _session.get(settings.NEKO_API_URL, timeout=TIMEOUT, allow_redirects=False)
-    except requests.Timeout:
-        log.warning("neko upstream timed out")
-        raise UpstreamError("The neko image service did not answer in time.", status=504,
-                            code="upstream_timeout") from None
-    except requests.RequestException as exc:
+        response = _upstreams.session(url).get(url, timeout=TIMEOUT, allow_redirects=False)
+    except TRANSPORT_ERRORS as exc:
+        if is_timeout(exc):
+            log.warning("neko upstream timed out")
+            raise UpstreamTimeout("The neko image service did not answer in time.") from None
         log.warning("neko upstream unreachable: %s", exc.__class__.__name__)
         raise UpstreamError("The neko image service could not be reached.") from None
     if response.status_code != 200:
         log.warning("neko upstream answered %s", response.status_code)
         raise UpstreamError("The neko image service could not be reached.")
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    pool = [image for image in map(_image, _candidates(body)) if image]
+    pool = [image for image in map(_image, _candidates(json_object(response.content))) if image]
     if not pool:
         log.warning("neko upstream sent no usable image")
         raise UpstreamError("The neko image service sent no usable image.")

@@ -1,0 +1,164 @@
+import socket
+import zlib
+
+import pytest
+import requests
+import responses as responses_lib
+from urllib3.exceptions import DecodeError, ProtocolError, ReadTimeoutError
+
+from utils_app.errors import UpstreamError, UpstreamTimeout, error_body
+from utils_app.http import TRANSPORT_ERRORS, USER_AGENT, Upstreams, is_timeout, json_object, timeouts
+
+BASE = "https://upstream.test/v1"
+
+
+@pytest.fixture
+def upstream():
+    with responses_lib.RequestsMock() as mock:
+        yield mock
+
+
+@pytest.fixture
+def clean_environment(monkeypatch):
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    return monkeypatch
+
+
+# ---------------------------------------------------------------- sessions
+
+def test_each_upstream_gets_one_session_shared_by_every_call():
+    upstreams = Upstreams(pool_size=8)
+    assert upstreams.session(BASE) is upstreams.session(BASE)
+    assert upstreams.session(BASE) is not upstreams.session("https://other.test/v1")
+
+
+def test_the_pool_holds_as_many_connections_as_asked_and_never_retries_by_itself():
+    adapter = Upstreams(pool_size=32, hosts=2).session(BASE).get_adapter(BASE)
+    assert adapter.poolmanager.connection_pool_kw["maxsize"] == 32
+    assert adapter.max_retries.total == 0
+
+
+def test_every_request_says_who_is_calling(upstream):
+    upstream.get(f"{BASE}/a", json={})
+    upstream.get("https://platform.test/api", json={})
+    Upstreams(pool_size=1).session(BASE).get(f"{BASE}/a")
+    Upstreams(pool_size=1, user_agent="DiscordBot (x, 1)").session("https://platform.test").get(
+        "https://platform.test/api")
+    assert upstream.calls[0].request.headers["User-Agent"] == USER_AGENT
+    assert upstream.calls[1].request.headers["User-Agent"] == "DiscordBot (x, 1)"
+
+
+def test_a_cookie_one_answer_sets_never_rides_along_with_later_requests(upstream):
+    # One session serves every client: a cookie kept from one answer would be sent for everyone.
+    upstream.get(f"{BASE}/first", json={}, headers={"Set-Cookie": "session=client-a; Path=/"})
+    upstream.get(f"{BASE}/second", json={})
+    session = Upstreams(pool_size=1).session(BASE)
+    session.get(f"{BASE}/first")
+    session.get(f"{BASE}/second")
+    assert "Cookie" not in upstream.calls[1].request.headers
+    assert len(session.cookies) == 0
+
+
+def test_proxies_and_the_ca_bundle_are_read_from_the_environment_once(clean_environment):
+    clean_environment.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    clean_environment.setenv("NO_PROXY", "local.test")
+    clean_environment.setenv("REQUESTS_CA_BUNDLE", "/etc/ssl/company-bundle.pem")
+    upstreams = Upstreams(pool_size=1)
+    session = upstreams.session(BASE)
+    clean_environment.setenv("HTTPS_PROXY", "http://elsewhere.internal:3128")
+    assert session.trust_env is False  # requests does not read the environment again per request
+    assert session.proxies["https"] == "http://proxy.internal:3128"
+    assert session.verify == "/etc/ssl/company-bundle.pem"
+    assert upstreams.session("https://local.test/v1").proxies == {}  # NO_PROXY names it
+
+
+def test_without_environment_settings_the_session_goes_direct_and_verifies_with_the_default_bundle(
+        clean_environment):
+    session = Upstreams(pool_size=1).session(BASE)
+    assert session.proxies == {}
+    assert session.verify is True
+
+
+# ---------------------------------------------------------------- timeouts
+
+def test_the_timeout_pair_is_connect_then_read():
+    assert timeouts(8) == (3.05, 8)
+    assert timeouts(60, connect=10) == (10, 60)
+
+
+def test_connecting_never_waits_longer_than_the_whole_call_may():
+    assert timeouts(0.5, connect=10) == (0.5, 0.5)
+
+
+# ---------------------------------------------------------------- transport failures
+
+@pytest.mark.parametrize("failure", [
+    requests.ConnectTimeout("no answer to SYN"),
+    requests.ReadTimeout("silent"),
+    requests.ConnectionError(ReadTimeoutError(None, "/", "read timed out")),  # a timeout loading the body
+    ReadTimeoutError(None, "/", "read timed out"),
+    socket.timeout("timed out"),
+])
+def test_running_out_of_time_is_a_timeout(failure):
+    assert isinstance(failure, TRANSPORT_ERRORS)
+    assert is_timeout(failure)
+
+
+@pytest.mark.parametrize("failure", [
+    requests.ConnectionError("refused"),
+    requests.exceptions.ChunkedEncodingError("cut short"),
+    ProtocolError("reset", ConnectionResetError(104, "reset")),
+    ConnectionResetError(104, "reset"),
+    DecodeError("bad gzip"),
+])
+def test_every_other_transport_failure_is_caught_and_is_not_a_timeout(failure):
+    assert isinstance(failure, TRANSPORT_ERRORS)
+    assert not is_timeout(failure)
+
+
+@pytest.mark.parametrize("failure, timed_out", [(requests.ConnectionError("refused"), False),
+                                                 (requests.ConnectTimeout("slow"), True),
+                                                 (requests.ReadTimeout("slow"), True)])
+def test_a_failing_request_is_caught_and_classified(upstream, failure, timed_out):
+    upstream.get(f"{BASE}/a", body=failure)
+    with pytest.raises(TRANSPORT_ERRORS) as caught:
+        Upstreams(pool_size=1).session(BASE).get(f"{BASE}/a", timeout=timeouts(1))
+    assert is_timeout(caught.value) is timed_out
+
+
+def test_a_body_that_fails_to_decompress_is_a_transport_failure(upstream):
+    upstream.get(f"{BASE}/a", body=b"not gzip at all", headers={"Content-Encoding": "gzip"})
+    with pytest.raises(TRANSPORT_ERRORS):
+        Upstreams(pool_size=1).session(BASE).get(f"{BASE}/a")
+
+
+def test_an_upstream_timeout_is_a_504_in_the_upstream_family():
+    error = UpstreamTimeout("The image service did not answer in time.")
+    assert isinstance(error, UpstreamError)
+    assert error.status == 504
+    assert error.body() == error_body("The image service did not answer in time.", "upstream_error",
+                                      "upstream_timeout")
+
+
+# ---------------------------------------------------------------- bodies
+
+def test_a_json_object_is_read(upstream):
+    upstream.get(f"{BASE}/a", json={"data": [1, 2]})
+    response = Upstreams(pool_size=1).session(BASE).get(f"{BASE}/a")
+    assert json_object(response.content) == {"data": [1, 2]}
+    assert json_object('{"text": "é"}') == {"text": "é"}
+
+
+def test_a_compressed_json_object_is_read(upstream):
+    packer = zlib.compressobj(wbits=31)  # gzip
+    upstream.get(f"{BASE}/a", body=packer.compress(b'{"ok": true}') + packer.flush(),
+                 headers={"Content-Encoding": "gzip", "Content-Type": "application/json"})
+    assert json_object(Upstreams(pool_size=1).session(BASE).get(f"{BASE}/a").content) == {"ok": True}
+
+
+@pytest.mark.parametrize("content", [b"", b"<html>Bad gateway</html>", b"{", b"[1, 2]", b"null", b'"text"', b"42",
+                                     b'{"a": "\xff"}', b"[" * 100000])
+def test_anything_but_a_json_object_is_none_never_an_exception(content):
+    assert json_object(content) is None

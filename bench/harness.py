@@ -284,6 +284,7 @@ class Gateway:
         self.env = env
         self.process: Process | None = None
         self.keys_file = self.dir / "keys.txt"
+        self.reconciled = ""
 
     def manage(self, *args: str, capture: bool = False) -> str:
         result = subprocess.run([PYTHON, "manage.py", *args], cwd=self.source, env=self.env, check=True,
@@ -327,6 +328,22 @@ class Gateway:
         if self.process is not None:
             self.process.stop()
             self.process = None
+            self.reconcile()
+
+    def reconcile(self) -> str:
+        """Run `manage.py reconcile` on the run's database (every balance against its ledger) and log it.
+
+        A benchmark run must end with every credit accounted for; a mismatch is reported, never hidden.
+        """
+        if not (self.source / "keys" / "management" / "commands" / "reconcile.py").is_file():
+            return ""  # a copy of the project from before the ledger
+        result = subprocess.run([PYTHON, "manage.py", "reconcile"], cwd=self.source, env=self.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        summary = (result.stdout.strip().splitlines() or ["(no output)"])[-1]
+        log(f"{self.backend} reconcile ({self.source.name}): {summary}"
+            + ("" if result.returncode == 0 else f" [exit {result.returncode}]"))
+        self.reconciled = summary if result.returncode == 0 else f"FAILED: {summary}"
+        return self.reconciled
 
     @property
     def url(self) -> str:

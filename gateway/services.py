@@ -23,7 +23,7 @@ from typing import TypeVar
 
 from django.db import DatabaseError, connection, transaction
 
-from gateway import idempotency, media, metering, providers, sweeper
+from gateway import idempotency, media, metering, providers, serializers, sweeper
 from gateway.local_models import count_tokens
 from gateway.metering import Idempotency
 from gateway.providers import UpstreamRejected, UpstreamTimeout, content_text, prompt_text
@@ -413,8 +413,8 @@ def generate_images(*, request, key: ApiKey, params: dict, sent: set) -> Outcome
             if image.revised_prompt:
                 item["revised_prompt"] = image.revised_prompt
             data.append(item)
-        outcome = Outcome(headers=meter.headers(),
-                          body={"created": int(time.time()), "data": data, "remaining_credits": key.credits})
+        result = {"created": int(time.time()), "data": data, "remaining_credits": key.credits}
+        outcome = Outcome(headers=meter.headers(), body=serializers.ImageGenerationResult(result).data)
         meter.succeed(input_tokens=count_tokens(params["prompt"]), output_tokens=0, answer=outcome)
     return outcome
 
@@ -430,10 +430,11 @@ def synthesize_speech(*, request, key: ApiKey, params: dict, sent: set, raw: boo
             outcome = Outcome(headers=meter.headers(), content=audio.content, content_type=audio.content_type)
         else:
             name = media.save(audio.content, kind="audio", extension=audio.format)
-            outcome = Outcome(headers=meter.headers(), body={
-                "object": "audio.speech", "model": meter.model.model_id,
-                "audio_url": media.url_for(name, request=request), "format": audio.format,
-                "content_type": audio.content_type, "created": int(time.time()), "remaining_credits": key.credits})
+            result = {"object": "audio.speech", "model": meter.model.model_id,
+                      "audio_url": media.url_for(name, request=request), "format": audio.format,
+                      "content_type": audio.content_type, "created": int(time.time()),
+                      "remaining_credits": key.credits}
+            outcome = Outcome(headers=meter.headers(), body=serializers.SpeechResult(result).data)
         meter.succeed(input_tokens=count_tokens(params["input"]), output_tokens=0, answer=outcome)
     return outcome
 

@@ -189,18 +189,6 @@ class ApiKey(models.Model):
         for member, value in members.items():
             setattr(self, OWNER_FIELDS[member], "" if value is None else value)
 
-    def config(self) -> dict:
-        """The SPEC's ApiKeyConfig, with maxConcurrent (docs/admin-api.md)."""
-        return {
-            "tier": self.tier,
-            "credits": self.credits,
-            "maxCredits": self.max_credits,
-            "rpm": self.rpm,
-            "rph": self.rph,
-            "maxConcurrent": self.max_concurrent,
-            "owner": self.owner,
-        }
-
 
 class AuditLog(models.Model):
     """Who changed which key, when, from what to what. Never holds a secret."""

@@ -108,7 +108,9 @@ def naming_rule_errors(request_class: type[serializers.Serializer]):
         raise
 
 
-# ---------------------------------------------------------------- response shapes (OpenAPI only)
+# ---------------------------------------------------------------- responses
+# The admin operations' bodies, rendered by these same serializers that the schema declares.
+# A record renders {"key": the key as sent (or the new secret), "api_key": the ApiKey}.
 
 class OwnerOut(serializers.Serializer):
     platform_id = serializers.CharField()
@@ -118,37 +120,39 @@ class OwnerOut(serializers.Serializer):
 
 
 class ApiKeyConfigOut(serializers.Serializer):
+    # A key's ApiKeyConfig, with maxConcurrent (docs/admin-api.md); also what the audit log keeps.
     tier = serializers.CharField()
     credits = serializers.IntegerField()
-    maxCredits = serializers.IntegerField()
+    maxCredits = serializers.IntegerField(source="max_credits")
     rpm = serializers.IntegerField()
     rph = serializers.IntegerField()
-    maxConcurrent = serializers.IntegerField()
+    maxConcurrent = serializers.IntegerField(source="max_concurrent")
     owner = OwnerOut()
 
 
 class ApiKeyRecordOut(serializers.Serializer):
     key = serializers.CharField(help_text="The key as sent (create-key: the new secret, shown only this once).")
-    config = ApiKeyConfigOut()
+    config = ApiKeyConfigOut(source="api_key")
 
 
 class ApiKeyResponse(serializers.Serializer):
-    apiKey = ApiKeyRecordOut()
+    apiKey = ApiKeyRecordOut(source="*")
 
 
 class IssuedKeyRecordOut(ApiKeyRecordOut):
-    prefix = serializers.CharField(help_text="The display prefix the audit log and the admin UI show.")
-    name = serializers.CharField()
-    isAdmin = serializers.BooleanField()
+    prefix = serializers.CharField(source="api_key.prefix",
+                                   help_text="The display prefix the audit log and the admin UI show.")
+    name = serializers.CharField(source="api_key.name")
+    isAdmin = serializers.BooleanField(source="api_key.is_admin")
 
 
 class IssuedKeyResponse(serializers.Serializer):
-    apiKey = IssuedKeyRecordOut()
+    apiKey = IssuedKeyRecordOut(source="*")
 
 
 class RevokedKeyRecordOut(ApiKeyRecordOut):
-    active = serializers.BooleanField()
+    active = serializers.BooleanField(source="api_key.is_active")
 
 
 class RevokedKeyResponse(serializers.Serializer):
-    apiKey = RevokedKeyRecordOut()
+    apiKey = RevokedKeyRecordOut(source="*")

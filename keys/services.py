@@ -9,6 +9,7 @@ from django.db.models import F
 from keys import ledger
 from keys.auth_cache import forget
 from keys.models import CONFIG_FIELDS, ApiKey, AuditLog, LedgerEntry, generate_secret
+from keys.serializers import ApiKeyConfigOut
 from utils_app.errors import NotFound
 
 
@@ -19,7 +20,8 @@ def audit(*, actor: str, action: str, key: ApiKey | None, before: dict | None, a
 
 def key_snapshot(key: ApiKey) -> dict:
     """What the audit log keeps of a key: its configuration and flags, never the secret."""
-    return {**key.config(), "is_admin": key.is_admin, "is_active": key.is_active, "name": key.name}
+    # The configuration under the API's names, as the admin API shows it.
+    return {**ApiKeyConfigOut(key).data, "is_admin": key.is_admin, "is_active": key.is_active, "name": key.name}
 
 
 def issue_key(*, actor: str, **fields) -> tuple[ApiKey, str]:

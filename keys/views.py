@@ -51,7 +51,7 @@ class UpdateKeyView(AdminView):
         data = _parse(s.UpdateKeyRequest, request)
         with s.naming_rule_errors(s.UpdateKeyRequest):
             key = update_key(key=find_key(data["key"]), changes=data["update"], actor=_actor(request))
-        return Response({"apiKey": {"key": data["key"], "config": key.config()}})
+        return Response(s.ApiKeyResponse({"key": data["key"], "api_key": key}).data)
 
 
 class CreateKeyView(AdminView):
@@ -67,8 +67,7 @@ class CreateKeyView(AdminView):
         data = _parse(s.CreateKeyRequest, request)
         with s.naming_rule_errors(s.CreateKeyRequest):
             key, secret = issue_key(actor=_actor(request), **data)
-        return Response({"apiKey": {"key": secret, "config": key.config(), "prefix": key.prefix,
-                                    "name": key.name, "isAdmin": key.is_admin}}, status=201)
+        return Response(s.IssuedKeyResponse({"key": secret, "api_key": key}).data, status=201)
 
 
 class RevokeKeyView(AdminView):
@@ -83,4 +82,4 @@ class RevokeKeyView(AdminView):
     def post(self, request):
         data = _parse(s.RevokeKeyRequest, request)
         key = set_active(key=find_key(data["key"]), active=False, actor=_actor(request))
-        return Response({"apiKey": {"key": data["key"], "config": key.config(), "active": key.is_active}})
+        return Response(s.RevokedKeyResponse({"key": data["key"], "api_key": key}).data)

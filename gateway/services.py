@@ -32,7 +32,15 @@ from models_catalog import catalog
 from models_catalog.models import AiModel, Provider
 from utils_app import logging as request_log
 from utils_app import metrics
-from utils_app.errors import AccessDenied, GatewayError, InvalidRequest, NotFound, UpstreamError, as_gateway_error
+from utils_app.errors import (
+    AccessDenied,
+    GatewayError,
+    InvalidRequest,
+    NotFound,
+    UpstreamError,
+    UpstreamRateLimited,
+    as_gateway_error,
+)
 from utils_app.db import release_connection
 from utils_app.request_ids import request_id
 
@@ -196,8 +204,10 @@ def failure_kind(error: Exception) -> str:
         return "rejected"
     if isinstance(error, UpstreamTimeout):
         return "timeout"
+    if isinstance(error, UpstreamRateLimited):
+        return "rate_limited"
     if isinstance(error, UpstreamError):
-        return "rate_limited" if error.status == 429 else "unavailable"
+        return "unavailable"
     return "internal"
 
 

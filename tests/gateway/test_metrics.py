@@ -8,6 +8,8 @@ from django.db.models import Sum
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import metering
+from gateway.providers import UpstreamRejected
+from gateway.services import failure_kind
 from models_catalog.models import AiModel, UsageEvent
 from tests.gateway.conftest import (
     DROP,
@@ -21,6 +23,7 @@ from tests.gateway.conftest import (
     wait_for,
 )
 from utils_app import metrics
+from utils_app.errors import UpstreamError, UpstreamRateLimited, UpstreamTimeout
 
 TOKEN = "metrics-token-for-tests-0123456789"
 CHAT = "/v1/chat/completions"
@@ -214,3 +217,14 @@ def test_every_worker_of_gunicorn_adds_to_the_same_counts_and_a_dead_ones_stream
         assert value(scraped(), "gateway_requests_total", operation="chat-completions", model="local-chat",
                      status="200") == 10
     gate.open()
+
+
+@pytest.mark.parametrize("error, kind", [
+    (UpstreamRateLimited("slow down", code="rate_limit_exceeded"), "rate_limited"),
+    (UpstreamTimeout("too slow"), "timeout"),
+    (UpstreamRejected("bad request", status=400, code="invalid_value"), "rejected"),
+    (UpstreamError("reset"), "unavailable"),
+    (ValueError("a bug"), "internal"),
+])
+def test_each_upstream_failure_is_counted_under_its_fixed_kind(error, kind):
+    assert failure_kind(error) == kind

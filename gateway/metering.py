@@ -88,6 +88,11 @@ def _now():
     return connection.ops.adapt_datetimefield_value(timezone.now())
 
 
+def _cursor():
+    """On PostgreSQL, a cursor that sends the parameters apart from the statement (utils_app.postgresql)."""
+    return connection.server_bound_cursor() if connection.vendor == "postgresql" else connection.cursor()
+
+
 def charge(*, key: ApiKey, model: AiModel, operation: str, amount: int, request_id: str,
            idempotency: Idempotency | None = None) -> int:
     """Take ``amount`` credits and write the pending charge row; returns the row's id.
@@ -129,7 +134,7 @@ def _take_with_claim(params: dict, *, key: ApiKey, idempotency: Idempotency | No
 
 
 def _take(params: dict):
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(CHARGE_POSTGRES, params)
             return cursor.fetchone()
@@ -169,7 +174,7 @@ def complete(*, entry: int, key: ApiKey, model: AiModel, operation: str, provide
     """Settle a charge as completed and record its usage; False when it was no longer pending."""
     params = {"entry": entry, "key": key.pk, "model_pk": model.pk, "operation": operation, "provider": provider,
               "input_tokens": input_tokens, "output_tokens": output_tokens, "latency_ms": latency_ms, "now": _now()}
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(COMPLETE_POSTGRES, params)
             return cursor.rowcount == 1

@@ -175,6 +175,26 @@ def test_a_successful_request_costs_two_statements_once_the_key_is_known(client,
             "UPDATE keys_ledgerentry", "UPDATE keys_apikey", "INSERT models_catalog_usageevent"]
 
 
+@pytest.mark.postgres
+def test_the_two_statements_send_their_parameters_apart_from_their_text(client, seeded, free_key):
+    import psycopg
+
+    _, secret = free_key
+    body = {"model": "local-chat", "messages": HELLO}
+    assert post(client, PATH, body, secret).status_code == 200
+    bound = []
+
+    def record(execute, sql, params, many, context):
+        bound.append("client" if isinstance(context["cursor"].cursor, psycopg.ClientCursor) else "server")
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        assert post(client, PATH, body, secret).status_code == 200
+        # Every other statement keeps Django's client-side binding.
+        assert ApiKey.objects.filter(name="no such key").count() == 0
+    assert bound == ["server", "server", "client"]
+
+
 def test_a_failed_upstream_call_refunds_in_one_transaction(client, fake_models, upstream, free_key):
     key, secret = free_key
     upstream.fail_all(500)

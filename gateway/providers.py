@@ -221,9 +221,9 @@ class HttpProvider:
             headers.update({"Accept": "text/event-stream", "Accept-Encoding": "identity"})
         try:
             # stream=True either way: the body is read here, by _read, under the size cap.
-            response = _upstreams.session(self.provider.base_url).post(
-                self.provider.base_url + path, data=json.dumps(payload), headers=headers,
-                timeout=deadline.timeouts(), stream=True)
+            response = _upstreams.post(self.provider.base_url, self.provider.base_url + path,
+                                       data=json.dumps(payload), headers=headers, timeout=deadline.timeouts(),
+                                       stream=True)
         except TRANSPORT_ERRORS as exc:
             raise self._transport_error(exc) from None
         return response, secret

@@ -61,6 +61,22 @@ def test_a_cookie_one_answer_sets_never_rides_along_with_later_requests(upstream
     assert len(session.cookies) == 0
 
 
+def test_post_sends_what_the_session_would_with_the_calls_headers_over_the_sessions(upstream):
+    upstream.post(f"{BASE}/chat", json={"ok": True})
+    upstream.post(f"{BASE}/chat", json={"ok": True})
+    upstreams = Upstreams(pool_size=1)
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer sk-up", "accept-encoding": "identity"}
+    upstreams.session(BASE).post(f"{BASE}/chat", data='{"a": 1}', headers=headers, timeout=(1, 2))
+    answer = upstreams.post(BASE, f"{BASE}/chat", data='{"a": 1}', headers=headers, timeout=(1, 2), stream=True)
+    assert answer.json() == {"ok": True}
+    by_session, by_post = (call.request for call in upstream.calls)
+    assert dict(by_post.headers) == dict(by_session.headers)
+    assert by_post.headers["Accept-Encoding"] == "identity"  # the call's own, whatever its case
+    assert by_post.headers["User-Agent"] == USER_AGENT
+    assert (by_post.method, by_post.url, by_post.body) == (by_session.method, by_session.url, by_session.body)
+    assert upstream.calls[1].request.req_kwargs["timeout"] == (1, 2)
+
+
 def test_proxies_and_the_ca_bundle_are_read_from_the_environment_once(clean_environment):
     clean_environment.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
     clean_environment.setenv("NO_PROXY", "local.test")

@@ -111,6 +111,7 @@ def charge(*, key: ApiKey, model: AiModel, operation: str, amount: int, request_
         return _refused(key=key, model=model, operation=operation, amount=amount, request_id=request_id,
                         idempotency=idempotency)
     key.credits = row[1]
+    auth_cache.note_credits(key.digest, row[1])
     return row[0]
 
 

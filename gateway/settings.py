@@ -158,6 +158,8 @@ MEDIA_RETENTION_HOURS = env_int("MEDIA_RETENTION_HOURS", 24, minimum=1)
 # last), how often each process may sweep for such charges, and how large a response
 # is kept for Idempotency-Key retries.
 KEY_CACHE_SECONDS = env_float("KEY_CACHE_SECONDS", 1.0)
+# With a shared cache, how long a key row may stay cached while no key changes (keys.auth_cache).
+KEY_CACHE_MAX_SECONDS = env_float("KEY_CACHE_MAX_SECONDS", 60.0)
 LEDGER_STALE_SECONDS = env_int("LEDGER_STALE_SECONDS", 900, minimum=1)
 LEDGER_SWEEP_SECONDS = env_int("LEDGER_SWEEP_SECONDS", 60, minimum=0)
 IDEMPOTENCY_MAX_BODY_BYTES = env_int("IDEMPOTENCY_MAX_BODY_BYTES", 4 * 1024 * 1024, minimum=0)

@@ -6,12 +6,17 @@ that then fails validation still used its slot, as with OpenAI, and a flood of
 huge invalid bodies is throttled like any other. The counters do not depend on
 the limits, so a lowered limit applies to the very next request with the requests
 already made still counted. maxConcurrent is not counted here: the charge checks
-it under the key's row lock (gateway.metering).
+it under the key's row lock (gateway.metering). The same round trip reads the shared
+keys version, which tells the process's key cache whether its row is still current
+(keys.auth_cache).
 """
+import time
+
 from dataclasses import dataclass
 
 from rest_framework.throttling import BaseThrottle
 
+from keys import auth_cache
 from keys.models import ApiKey
 from utils_app import metrics, windows
 from utils_app.errors import RateLimited
@@ -35,9 +40,14 @@ class LimitState:
 
 def enforce(key: ApiKey) -> LimitState:
     """Count the request in the key's minute and hour windows; 429 when either is exceeded."""
-    counted = windows.count(f"key:{key.pk}", tuple(PERIODS.values()))
-    if counted is None:  # the shared cache is down: fail open, credits stay exact in the database
+    asked_at = time.monotonic()
+    answer = windows.count_and_read(f"key:{key.pk}", tuple(PERIODS.values()), read=auth_cache.VERSION,
+                                    default=auth_cache.new_version())
+    if answer is None:  # the shared cache is down: fail open, credits stay exact in the database
+        auth_cache.confirm(key.digest, None, asked_at=asked_at)
         return LimitState(limit=key.rpm, remaining=key.rpm, reset_seconds=60)
+    counted, version = answer
+    auth_cache.confirm(key.digest, version, asked_at=asked_at)
     minute, hour = counted
     state = LimitState(limit=key.rpm, remaining=max(0, key.rpm - minute.count), reset_seconds=minute.reset_seconds)
     for name, window in zip(PERIODS, counted):

@@ -7,7 +7,7 @@ from django.db import transaction
 from django.db.models import F
 
 from keys import ledger
-from keys.auth_cache import forget
+from keys.auth_cache import changed
 from keys.models import CONFIG_FIELDS, ApiKey, AuditLog, LedgerEntry, generate_secret
 from keys.serializers import ApiKeyConfigOut
 from utils_app.errors import NotFound
@@ -86,7 +86,7 @@ def update_key(*, key: ApiKey, changes: dict, actor: str) -> ApiKey:
         key.save()
         ledger.record_change(key=key, before=balance_before, kind=LedgerEntry.ADJUSTMENT, actor=actor)
         audit(actor=actor, action="update_key", key=key, before=before, after=key_snapshot(key))
-    forget(key.digest)
+    changed(key.digest)
     return key
 
 
@@ -101,5 +101,5 @@ def set_active(*, key: ApiKey, active: bool, actor: str) -> ApiKey:
         key.save(update_fields=["is_active", "updated_at"])
         audit(actor=actor, action="reactivate_key" if active else "revoke_key", key=key, before=before,
               after=key_snapshot(key))
-    forget(key.digest)
+    changed(key.digest)
     return key

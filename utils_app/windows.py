@@ -21,11 +21,24 @@ from django.core.cache import cache
 
 log = logging.getLogger("gateway.limits")
 
+# ARGV[1] is the number of windows n. KEYS[1..n] are their counters and ARGV[2..n+1] their
+# expiries. With one more name (KEYS[n+1]) its value is returned after the counts; a name with
+# no value is given ARGV[n+2] first.
 _INCREMENT_ALL = """
+local windows = tonumber(ARGV[1])
 local counts = {}
-for i, name in ipairs(KEYS) do
-  counts[i] = redis.call('INCR', name)
-  if counts[i] == 1 then redis.call('EXPIRE', name, ARGV[i]) end
+for i = 1, windows do
+  counts[i] = redis.call('INCR', KEYS[i])
+  if counts[i] == 1 then redis.call('EXPIRE', KEYS[i], ARGV[i + 1]) end
+end
+local name = KEYS[windows + 1]
+if name then
+  local value = redis.call('GET', name)
+  if not value then
+    value = ARGV[windows + 2]
+    redis.call('SET', name, value)
+  end
+  counts[windows + 1] = value
 end
 return counts
 """
@@ -81,20 +94,35 @@ _last_warning = 0.0
 
 def count(name: str, periods: tuple[int, ...]) -> list[Window] | None:
     """Count one event in each window of ``name``; None when the shared cache cannot be reached."""
+    counted = count_and_read(name, periods)
+    return None if counted is None else counted[0]
+
+
+def count_and_read(name: str, periods: tuple[int, ...], read: str | None = None,
+                   default: str = "") -> tuple[list[Window], str | None] | None:
+    """``count``, and in the same round trip the shared cache's value of ``read`` (set to ``default``
+    when it has none). The value is None without a shared cache or without ``read``; the whole
+    answer is None when the shared cache cannot be reached."""
     now = time.time()
     positions = [_position(name, period, now) for period in periods]
+    value = None
     if not settings.SHARED_CACHE:
         counts = _memory.increment([(name, period, bucket) for period, (bucket, _) in zip(periods, positions)], now)
     else:
+        keys = [cache.make_key(f"w:{name}:{period}:{bucket}") for period, (bucket, _) in zip(periods, positions)]
+        args = [len(periods), *(left + 1 for _, left in positions)]
+        if read is not None:
+            keys.append(cache.make_key(read))
+            args.append(default)
         try:
-            counts = cache.run_script(
-                _INCREMENT_ALL,
-                keys=[cache.make_key(f"w:{name}:{period}:{bucket}") for period, (bucket, _) in zip(periods, positions)],
-                args=[left + 1 for _, left in positions])
+            counts = cache.run_script(_INCREMENT_ALL, keys=keys, args=args)
         except Exception as exc:  # a cache outage must never refuse service: limits fail open
             _warn(exc)
             return None
-    return [Window(count=int(n), reset_seconds=left) for n, (_, left) in zip(counts, positions)]
+        if read is not None:
+            value = counts[-1].decode() if isinstance(counts[-1], bytes) else counts[-1]
+            counts = counts[:-1]
+    return [Window(count=int(n), reset_seconds=left) for n, (_, left) in zip(counts, positions)], value
 
 
 def _warn(exc: Exception) -> None:

@@ -3,6 +3,7 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 
 from keys import auth_cache
+from keys.limits import KeyRequestLimits
 from keys.models import SECRET_PREFIX, ApiKey, digest_secret
 from utils_app.errors import AuthenticationError
 
@@ -22,6 +23,9 @@ def _bearer_secret(request) -> str | None:
 class BearerKeyAuthentication(BaseAuthentication):
     """Looks the key up by the SHA-256 digest of the secret: the process cache, else one indexed query.
 
+    A metered view's cached row may be older than KEY_CACHE_SECONDS: its request limits
+    (KeyRequestLimits) check the row against the shared keys version before using it.
+
     A view that needs the row as it is now sets ``fresh_key_lookup = True``: the admin API
     (a revoked admin key is refused at once, not after the cache's second) and a key's own
     statistics (its balance to the credit).
@@ -34,8 +38,14 @@ class BearerKeyAuthentication(BaseAuthentication):
         if not secret.startswith(SECRET_PREFIX) or len(secret) > 200:
             raise AuthenticationError("Invalid API key.", code="invalid_api_key")
         digest = digest_secret(secret)
-        fresh = getattr(request.parser_context.get("view"), "fresh_key_lookup", False)
-        key = ApiKey.objects.filter(digest=digest).first() if fresh else auth_cache.key_with_digest(digest)
+        view = request.parser_context.get("view")
+        if getattr(view, "fresh_key_lookup", False):
+            key = ApiKey.objects.filter(digest=digest).first()
+        elif KeyRequestLimits in getattr(view, "throttle_classes", ()):
+            # The limits check that the cached row is still current (keys.auth_cache.current).
+            key = auth_cache.key_with_digest(digest, within=auth_cache.longest_seconds())
+        else:
+            key = auth_cache.key_with_digest(digest)
         if key is None:
             raise AuthenticationError("Invalid API key.", code="invalid_api_key")
         if not key.is_active:

@@ -1,31 +1,30 @@
 """Authenticated keys kept in the process, so a metered request needs no SELECT to authenticate.
 
-A row read from the database is trusted for KEY_CACHE_SECONDS (default 1 s). With a shared
-cache (Redis) it can stay trusted for longer, up to KEY_CACHE_MAX_SECONDS (default 60 s),
-while no key has changed anywhere:
+Without a shared cache (the embedded default: one process) a row read from the database is
+used for KEY_CACHE_SECONDS (default 1 s), and a change made in the process applies at once.
+
+With a shared cache (Redis) a metered request may use a row read up to KEY_CACHE_MAX_SECONDS
+(default 60 s) ago, because the request itself checks that the row is still current:
 
 - every change of a key through keys.services (an edit, a revocation) gives the shared
   *keys version* a new random value once its transaction has committed (``changed``);
-- each metered request's limits script (keys.limits) reads that version in the same round
-  trip that counts the request, so checking it costs nothing;
-- a cached row remembers the version this process had seen before it read the row. When a
-  request's script answers with that same version, no key has changed since the row was
-  read, and the row is trusted for KEY_CACHE_SECONDS more from the moment the script was
-  sent. Any other answer drops the row: the key's next request reads it again.
+- a cached row remembers the version this process had seen before it read the row;
+- the request's limits script (keys.limits) reads the version in the round trip that counts
+  the request. The same version means no key has changed since the row was read. Any other
+  answer, or none (Redis unreachable), for a row older than KEY_CACHE_SECONDS makes the
+  request read the row again (``current``) before its limits, tier and balance are judged.
+  The request counts do not depend on the limits, so judging them after the re-read is exact.
 
-So a change reaches every instance within KEY_CACHE_SECONDS of the version moving, as it
-did when every row expired after that second, and a key in steady use is read once a
-minute rather than once a second per process. When the shared cache is unreachable, was
-emptied, or the new version could not be written, nothing is confirmed: rows then expire
-after KEY_CACHE_SECONDS, or at worst (a version that failed to move) after
-KEY_CACHE_MAX_SECONDS, and the failure is logged. Without a shared cache (the embedded
-default, one process) rows expire after KEY_CACHE_SECONDS, and a change made in the
-process applies at once.
+So a change applies on every instance within KEY_CACHE_SECONDS of the version moving (at the
+key's next request once its cached row is older than that), and a key in steady use costs one
+read per KEY_CACHE_MAX_SECONDS per process instead of one per KEY_CACHE_SECONDS. If the new
+version cannot be written (Redis down while a key changes), the failure is logged and the other
+instances apply the change when their rows reach KEY_CACHE_MAX_SECONDS. An emptied Redis gets a
+new version from the next script, so every process reads its keys again.
 
-Whatever the cache holds, revocation, tier and maxConcurrent are checked again by the
-charge statement itself (gateway.metering), so no credit is ever taken for a key that may
-no longer use the model. Only immutable field values are kept: each request gets its own
-ApiKey, since the pipeline updates ``credits`` on it.
+Whatever the cache holds, revocation, tier and maxConcurrent are checked again by the charge
+statement itself (gateway.metering), so no credit is ever taken for a key that may no longer
+use the model. Each request gets its own ApiKey, since the pipeline updates ``credits`` on it.
 """
 import logging
 import time
@@ -50,28 +49,45 @@ _MAX_ENTRIES = 10_000  # beyond it the cache starts over: a bound on memory, not
 
 
 class _Entry:
-    __slots__ = ("trusted_until", "expires", "version", "values")
+    __slots__ = ("read_at", "version", "values")
 
-    def __init__(self, now: float, version: str | None, values: tuple):
-        self.trusted_until = now + settings.KEY_CACHE_SECONDS
-        self.expires = now + max(settings.KEY_CACHE_MAX_SECONDS, settings.KEY_CACHE_SECONDS)
-        self.version = version
+    def __init__(self, read_at: float, version: str | None, values: tuple):
+        self.read_at = read_at
+        self.version = version  # the keys version seen before the row was read; None when not known
         self.values = values
 
 
 _entries: dict[str, _Entry] = {}
-# The keys version of the latest limits script this process ran; None when not known.
+# The keys version the latest limits script of this process answered; None when not known.
 _seen: str | None = None
 
 
-def key_with_digest(digest: str) -> ApiKey | None:
-    """The key with this secret digest, active or not; from the process cache when trusted."""
+def longest_seconds() -> float:
+    """How long ago a row may have been read for a request that checks the version (``current``)."""
+    if not settings.SHARED_CACHE:
+        return settings.KEY_CACHE_SECONDS
+    return max(settings.KEY_CACHE_MAX_SECONDS, settings.KEY_CACHE_SECONDS)
+
+
+def key_with_digest(digest: str, *, within: float | None = None) -> ApiKey | None:
+    """The key with this secret digest, active or not: a cached row read at most ``within`` seconds
+    ago (default KEY_CACHE_SECONDS), else the row as it is now.
+
+    A caller that passes more than KEY_CACHE_SECONDS must check the key with ``current`` before
+    relying on it (keys.limits does, for every metered request).
+    """
     now = time.monotonic()
     entry = _entries.get(digest)
-    if entry is not None and entry.trusted_until > now:
-        return ApiKey.from_db(router.db_for_read(ApiKey), _FIELDS, entry.values)
-    # Taken before the read: a change committed after the read moves the version past this one.
-    version = _seen
+    if entry is not None and now - entry.read_at < (settings.KEY_CACHE_SECONDS if within is None else within):
+        key = ApiKey.from_db(router.db_for_read(ApiKey), _FIELDS, entry.values)
+        key.cached_row = entry
+        return key
+    return _read(digest, version=_seen, now=now)
+
+
+def _read(digest: str, *, version: str | None, now: float) -> ApiKey | None:
+    # ``version`` must have been seen before this read: a change committed after the read then
+    # shows as another version.
     key = ApiKey.objects.filter(digest=digest).first()
     release_connection(connection)  # the charge takes one again when it is due
     if key is None:
@@ -81,20 +97,31 @@ def key_with_digest(digest: str) -> ApiKey | None:
         if len(_entries) >= _MAX_ENTRIES:
             _entries.clear()
         _entries[digest] = _Entry(now, version, tuple(getattr(key, name) for name in _FIELDS))
+    key.cached_row = None
     return key
 
 
-def confirm(digest: str, version: str | None, *, asked_at: float) -> None:
-    """What a limits script sent at ``asked_at`` (time.monotonic) answered as the keys version."""
+def current(key: ApiKey, version: str | None, *, asked_at: float) -> bool:
+    """Whether ``key`` is as current as its row, given the keys version a limits script sent at
+    ``asked_at`` (time.monotonic) answered (None: no answer). When it may not be, the row is read
+    again, ``key`` updated in place, and False returned."""
     global _seen
     _seen = version
-    entry = _entries.get(digest)
-    if entry is None or version is None or entry.version is None:
-        return  # nothing known: the row keeps its own expiry
-    if entry.version != version:
-        _entries.pop(digest, None)  # some key changed since the row was read
+    entry = getattr(key, "cached_row", None)
+    if entry is None:
+        return True  # read from the database by this very request
+    if version is not None and entry.version == version:
+        return True  # no key has changed since the row was read
+    if asked_at - entry.read_at < settings.KEY_CACHE_SECONDS:
+        return True  # young enough to be used without a version, as without a shared cache
+    fresh = _read(key.digest, version=version, now=asked_at)
+    if fresh is None:  # deleted meanwhile: as good as revoked
+        key.is_active = False
     else:
-        entry.trusted_until = min(max(entry.trusted_until, asked_at + settings.KEY_CACHE_SECONDS), entry.expires)
+        for name in _FIELDS:
+            setattr(key, name, getattr(fresh, name))
+    key.cached_row = None
+    return False
 
 
 def note_credits(digest: str, credits: int) -> None:
@@ -122,8 +149,7 @@ def _move_version() -> None:
         cache.run_script(_SET_VERSION, keys=[cache.make_key(VERSION)], args=[new_version()])
     except Exception as exc:
         log.error("could not publish a key change to the shared cache (%s): other instances apply it within "
-                  "KEY_CACHE_MAX_SECONDS (%ss) instead of KEY_CACHE_SECONDS", type(exc).__name__,
-                  settings.KEY_CACHE_MAX_SECONDS)
+                  "KEY_CACHE_MAX_SECONDS (%ss)", type(exc).__name__, settings.KEY_CACHE_MAX_SECONDS)
 
 
 def forget(digest: str) -> None:

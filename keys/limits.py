@@ -7,8 +7,8 @@ huge invalid bodies is throttled like any other. The counters do not depend on
 the limits, so a lowered limit applies to the very next request with the requests
 already made still counted. maxConcurrent is not counted here: the charge checks
 it under the key's row lock (gateway.metering). The same round trip reads the shared
-keys version, which tells the process's key cache whether its row is still current
-(keys.auth_cache).
+keys version, which tells whether a key row from the process's cache is still current
+(keys.auth_cache); when it may not be, the row is read again before the limits are judged.
 """
 import time
 
@@ -19,7 +19,7 @@ from rest_framework.throttling import BaseThrottle
 from keys import auth_cache
 from keys.models import ApiKey
 from utils_app import metrics, windows
-from utils_app.errors import RateLimited
+from utils_app.errors import AuthenticationError, RateLimited
 
 PERIODS = {"rpm": 60, "rph": 3600}
 
@@ -43,11 +43,12 @@ def enforce(key: ApiKey) -> LimitState:
     asked_at = time.monotonic()
     answer = windows.count_and_read(f"key:{key.pk}", tuple(PERIODS.values()), read=auth_cache.VERSION,
                                     default=auth_cache.new_version())
-    if answer is None:  # the shared cache is down: fail open, credits stay exact in the database
-        auth_cache.confirm(key.digest, None, asked_at=asked_at)
+    counted, version = answer if answer is not None else (None, None)
+    # A cached row no longer current is read again here, before anything is judged on it.
+    if not auth_cache.current(key, version, asked_at=asked_at) and not key.is_active:
+        raise AuthenticationError("This API key has been revoked.", code="invalid_api_key")
+    if counted is None:  # the shared cache is down: fail open, credits stay exact in the database
         return LimitState(limit=key.rpm, remaining=key.rpm, reset_seconds=60)
-    counted, version = answer
-    auth_cache.confirm(key.digest, version, asked_at=asked_at)
     minute, hour = counted
     state = LimitState(limit=key.rpm, remaining=max(0, key.rpm - minute.count), reset_seconds=minute.reset_seconds)
     for name, window in zip(PERIODS, counted):

@@ -1,4 +1,4 @@
-"""The process's key cache and the shared keys version (keys.auth_cache): fewer reads, changes still within 1 s."""
+"""The process's key cache checked against the shared keys version (keys.auth_cache): fewer reads, no stale use."""
 import logging
 import os
 import subprocess
@@ -35,74 +35,82 @@ def key_reads(client, secret: str) -> tuple[int, int]:
                        for query in captured.captured_queries)
 
 
+def warm(client, clock, secret: str) -> None:
+    """The key's row cached under a known version: read once, and once more if no version was known then."""
+    assert key_reads(client, secret) == (200, 1)
+    clock[0] += 1.1
+    assert key_reads(client, secret)[0] == 200
+
+
+def in_another_process(script: str) -> None:
+    subprocess.run([sys.executable, "manage.py", "shell", "-c", script], cwd=ROOT, check=True, timeout=60,
+                   env={**os.environ, "DATABASE_URL": _database_url(), "LOG_LEVEL": "WARNING"})
+
+
 @pytest.mark.redis
 @pytest.mark.django_db
-def test_a_key_in_steady_use_is_read_again_only_when_a_key_changes(client, seeded, make_key, clock, settings):
-    settings.KEY_CACHE_SECONDS = 1.0
+def test_a_key_in_use_is_read_again_only_when_a_key_changed_or_its_row_is_old(client, seeded, make_key, clock,
+                                                                              settings):
+    settings.KEY_CACHE_MAX_SECONDS = 60.0
     _, secret = make_key(credits=100, max_credits=100, rpm=1000)
+    assert key_reads(client, secret) == (200, 1)
+    clock[0] += 1.1
+    assert key_reads(client, secret) == (200, 1)  # the first row predates any known version
     reads = []
-    for step in (0, 1.1, 0.8, 0.8, 0.8, 0.8):  # each within a second of the one before
+    for step in (5, 10, 20, 20, 10):
         clock[0] += step
         status, read = key_reads(client, secret)
         assert status == 200
         reads.append(read)
-    # The first read's row could not be vouched for (no version was known yet); the second's could.
-    assert reads == [1, 1, 0, 0, 0, 0]
+    assert reads == [0, 0, 0, 0, 1]  # the row read at 1.1 s is used until 61.1 s
 
 
 @pytest.mark.redis
 @pytest.mark.django_db
-def test_without_confirmation_a_row_expires_after_its_seconds(client, seeded, make_key, clock, settings):
+def test_an_emptied_shared_cache_makes_the_process_read_its_keys_again(client, seeded, make_key, clock):
     _, secret = make_key(credits=100, max_credits=100, rpm=1000)
-    key_reads(client, secret)
-    clock[0] += 1.1
-    key_reads(client, secret)
-    cache.clear()  # the shared cache restarted empty: the version is gone, and a new one is made
-    clock[0] += 0.5
-    assert key_reads(client, secret) == (200, 0)  # trusted for its second, then dropped at the answer
-    clock[0] += 0.1
+    warm(client, clock, secret)
+    cache.clear()  # Redis restarted empty: the next script makes a new version
+    clock[0] += 5
     assert key_reads(client, secret) == (200, 1)
+    clock[0] += 5
+    assert key_reads(client, secret) == (200, 0)
 
 
 @pytest.mark.redis
 @pytest.mark.django_db
-def test_a_row_is_read_again_after_the_longest_trust_even_while_nothing_changes(client, seeded, make_key, clock,
-                                                                               settings):
-    settings.KEY_CACHE_MAX_SECONDS = 3.0
+def test_without_an_answer_from_the_shared_cache_a_row_older_than_its_seconds_is_read_again(
+        client, seeded, make_key, clock, monkeypatch):
     _, secret = make_key(credits=100, max_credits=100, rpm=1000)
-    key_reads(client, secret)
-    clock[0] += 1.1
-    reads = []
-    for _ in range(6):
-        reads.append(key_reads(client, secret)[1])
-        clock[0] += 0.9
-    assert reads == [1, 0, 0, 0, 1, 0]  # read at 1.1 s, trusted until 4.1 s
+    warm(client, clock, secret)
+    monkeypatch.setattr(windows, "count_and_read", lambda *args, **kwargs: None)  # Redis unreachable
+    clock[0] += 0.5
+    assert key_reads(client, secret) == (200, 0)
+    clock[0] += 5
+    assert key_reads(client, secret) == (200, 1)
 
 
 @pytest.mark.postgres
 @pytest.mark.redis
 @pytest.mark.django_db(transaction=True)
-def test_a_change_made_in_another_process_applies_within_a_second_here(client, seeded, make_key, clock):
-    key, secret = make_key(credits=100, max_credits=100, rpm=1000)
-    key_reads(client, secret)
-    clock[0] += 1.1
-    assert key_reads(client, secret) == (200, 1)  # cached, and vouched for by the version
-    clock[0] += 0.8
-    assert key_reads(client, secret) == (200, 0)
+def test_changes_made_in_another_process_apply_at_the_keys_next_request_here(client, seeded, make_key, clock):
+    limited, limited_secret = make_key(credits=100, max_credits=100, rpm=1000)
+    revoked, revoked_secret = make_key(credits=100, max_credits=100, rpm=1000)
+    warm(client, clock, limited_secret)
+    warm(client, clock, revoked_secret)
+    clock[0] += 5
+    assert key_reads(client, limited_secret) == key_reads(client, revoked_secret) == (200, 0)
 
-    # Another process lowers the key's rpm below what it has already used this minute.
-    script = ("from keys.models import ApiKey\nfrom keys.services import update_key\n"
-              f"update_key(key=ApiKey.objects.get(pk={key.pk}), changes={{'rpm': 2}}, actor='other process')\n")
-    subprocess.run([sys.executable, "manage.py", "shell", "-c", script], cwd=ROOT, check=True, timeout=60,
-                   env={**os.environ, "DATABASE_URL": _database_url(), "LOG_LEVEL": "WARNING"})
+    # Another process lowers one key's rpm below what it has used this minute and revokes the other.
+    in_another_process(
+        "from keys.models import ApiKey\nfrom keys.services import set_active, update_key\n"
+        f"update_key(key=ApiKey.objects.get(pk={limited.pk}), changes={{'rpm': 2}}, actor='other process')\n"
+        f"set_active(key=ApiKey.objects.get(pk={revoked.pk}), active=False, actor='other process')\n")
 
-    # Within the second the old row may still answer once, and its script sees the version moved.
-    clock[0] += 0.1
-    assert key_reads(client, secret) == (200, 0)
-    clock[0] += 0.1
-    refused = post(client, *CHAT, secret)
-    assert_error(refused, 429, "rate_limit_exceeded", "rate_limit_error", param="rpm")
-    assert ApiKey.objects.get(pk=key.pk).rpm == 2
+    clock[0] += 5
+    assert_error(post(client, *CHAT, limited_secret), 429, "rate_limit_exceeded", "rate_limit_error", param="rpm")
+    assert_error(post(client, *CHAT, revoked_secret), 401, "invalid_api_key", "authentication_error")
+    assert [ApiKey.objects.get(pk=key.pk).credits for key in (limited, revoked)] == [97, 97]
 
 
 @pytest.mark.redis
@@ -116,6 +124,16 @@ def test_a_change_that_cannot_be_published_is_logged(free_key, monkeypatch, capl
     with caplog.at_level(logging.ERROR, logger="gateway.keys"), django_capture_on_commit_callbacks(execute=True):
         auth_cache.changed(free_key[0].digest)
     assert "KEY_CACHE_MAX_SECONDS" in caplog.text
+
+
+def test_without_a_shared_cache_a_row_is_used_for_its_seconds_only(client, seeded, make_key, clock, settings):
+    settings.SHARED_CACHE = False
+    _, secret = make_key(credits=100, max_credits=100, rpm=1000)
+    assert key_reads(client, secret) == (200, 1)
+    clock[0] += 0.5
+    assert key_reads(client, secret) == (200, 0)
+    clock[0] += 0.6
+    assert key_reads(client, secret) == (200, 1)
 
 
 @pytest.mark.redis

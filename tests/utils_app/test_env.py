@@ -32,6 +32,19 @@ def test_redis_url_selects_the_redis_cache():
         env.cache_from_url("http://127.0.0.1:6379")
 
 
+def test_a_new_redis_connection_names_its_client_without_reading_package_metadata(monkeypatch):
+    import redis
+    from redis import utils
+
+    def per_connection_lookup():
+        raise AssertionError("the installed packages' metadata was read for a connection")
+
+    options = env.cache_from_url("redis://127.0.0.1:6379/2")["OPTIONS"]
+    monkeypatch.setattr(utils, "get_lib_version", per_connection_lookup)
+    connection = redis.Connection(**options)  # built, not connected
+    assert (connection.driver_info.name, connection.driver_info.lib_version) == ("redis-py", redis.__version__)
+
+
 @pytest.mark.parametrize("value, expected", [("1", True), ("true", True), ("0", False), ("off", False)])
 def test_booleans(monkeypatch, value, expected):
     monkeypatch.setenv("DEBUG", value)

@@ -11,7 +11,6 @@ keys version, which tells whether a key row from the process's cache is still cu
 (keys.auth_cache); when it may not be, the row is read again before the limits are judged.
 """
 import time
-
 from dataclasses import dataclass
 
 from rest_framework.throttling import BaseThrottle

@@ -92,17 +92,12 @@ _memory = _MemoryCounters()
 _last_warning = 0.0
 
 
-def count(name: str, periods: tuple[int, ...]) -> list[Window] | None:
-    """Count one event in each window of ``name``; None when the shared cache cannot be reached."""
-    counted = count_and_read(name, periods)
-    return None if counted is None else counted[0]
-
-
 def count_and_read(name: str, periods: tuple[int, ...], read: str | None = None,
                    default: str = "") -> tuple[list[Window], str | None] | None:
-    """``count``, and in the same round trip the shared cache's value of ``read`` (set to ``default``
-    when it has none). The value is None without a shared cache or without ``read``; the whole
-    answer is None when the shared cache cannot be reached."""
+    """Count one event in each window of ``name`` and, in the same round trip, read the shared
+    cache's value of ``read`` (set to ``default`` when it has none). The value is None without a
+    shared cache or without ``read``; the whole answer is None when the shared cache cannot be
+    reached."""
     now = time.time()
     positions = [_position(name, period, now) for period in periods]
     value = None

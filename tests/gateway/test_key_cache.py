@@ -42,6 +42,15 @@ def warm(client, clock, secret: str) -> None:
     assert key_reads(client, secret)[0] == 200
 
 
+def requests_after(client, clock, secret: str, *steps: float) -> list[tuple[int, int]]:
+    """key_reads of one request after each step of the clock."""
+    answers = []
+    for step in steps:
+        clock[0] += step
+        answers.append(key_reads(client, secret))
+    return answers
+
+
 def in_another_process(script: str) -> None:
     subprocess.run([sys.executable, "manage.py", "shell", "-c", script], cwd=ROOT, check=True, timeout=60,
                    env={**os.environ, "DATABASE_URL": _database_url(), "LOG_LEVEL": "WARNING"})
@@ -56,13 +65,8 @@ def test_a_key_in_use_is_read_again_only_when_a_key_changed_or_its_row_is_old(cl
     assert key_reads(client, secret) == (200, 1)
     clock[0] += 1.1
     assert key_reads(client, secret) == (200, 1)  # the first row predates any known version
-    reads = []
-    for step in (5, 10, 20, 20, 10):
-        clock[0] += step
-        status, read = key_reads(client, secret)
-        assert status == 200
-        reads.append(read)
-    assert reads == [0, 0, 0, 0, 1]  # the row read at 1.1 s is used until 61.1 s
+    # The row read at 1.1 s serves until 61.1 s.
+    assert requests_after(client, clock, secret, 5, 10, 20, 20, 10) == [(200, 0)] * 4 + [(200, 1)]
 
 
 @pytest.mark.redis
@@ -71,10 +75,7 @@ def test_an_emptied_shared_cache_makes_the_process_read_its_keys_again(client, s
     _, secret = make_key(credits=100, max_credits=100, rpm=1000)
     warm(client, clock, secret)
     cache.clear()  # Redis restarted empty: the next script makes a new version
-    clock[0] += 5
-    assert key_reads(client, secret) == (200, 1)
-    clock[0] += 5
-    assert key_reads(client, secret) == (200, 0)
+    assert requests_after(client, clock, secret, 5, 5) == [(200, 1), (200, 0)]
 
 
 @pytest.mark.redis
@@ -84,10 +85,7 @@ def test_without_an_answer_from_the_shared_cache_a_row_older_than_its_seconds_is
     _, secret = make_key(credits=100, max_credits=100, rpm=1000)
     warm(client, clock, secret)
     monkeypatch.setattr(windows, "count_and_read", lambda *args, **kwargs: None)  # Redis unreachable
-    clock[0] += 0.5
-    assert key_reads(client, secret) == (200, 0)
-    clock[0] += 5
-    assert key_reads(client, secret) == (200, 1)
+    assert requests_after(client, clock, secret, 0.5, 5) == [(200, 0), (200, 1)]
 
 
 @pytest.mark.postgres
@@ -129,11 +127,7 @@ def test_a_change_that_cannot_be_published_is_logged(free_key, monkeypatch, capl
 def test_without_a_shared_cache_a_row_is_used_for_its_seconds_only(client, seeded, make_key, clock, settings):
     settings.SHARED_CACHE = False
     _, secret = make_key(credits=100, max_credits=100, rpm=1000)
-    assert key_reads(client, secret) == (200, 1)
-    clock[0] += 0.5
-    assert key_reads(client, secret) == (200, 0)
-    clock[0] += 0.6
-    assert key_reads(client, secret) == (200, 1)
+    assert requests_after(client, clock, secret, 0, 0.5, 0.6) == [(200, 1), (200, 0), (200, 1)]
 
 
 @pytest.mark.redis

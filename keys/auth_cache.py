@@ -144,6 +144,13 @@ def changed(digest: str) -> None:
         transaction.on_commit(_move_version)
 
 
+def changed_all() -> None:
+    """Many keys' rows changed (a refill): forget them all here, and move the shared version."""
+    _entries.clear()
+    if settings.SHARED_CACHE:
+        transaction.on_commit(_move_version)
+
+
 def _move_version() -> None:
     try:
         cache.run_script(_SET_VERSION, keys=[cache.make_key(VERSION)], args=[new_version()])

@@ -7,7 +7,7 @@ from django.db import transaction
 from django.db.models import F
 
 from keys import ledger
-from keys.auth_cache import changed
+from keys.auth_cache import changed, changed_all
 from keys.models import CONFIG_FIELDS, ApiKey, AuditLog, LedgerEntry, generate_secret
 from keys.serializers import ApiKeyConfigOut
 from utils_app.errors import NotFound
@@ -60,10 +60,11 @@ def refill_all(*, actor: str) -> int:
         keys = list(ApiKey.objects.active().exclude(credits=F("max_credits")).select_for_update()
                     .only("id", "credits", "max_credits"))
         ledger.refill(keys, actor=actor)
-        changed = ApiKey.objects.filter(pk__in=[key.pk for key in keys]).update(credits=F("max_credits"))
+        refilled = ApiKey.objects.filter(pk__in=[key.pk for key in keys]).update(credits=F("max_credits"))
         AuditLog.objects.create(actor=actor, action="refill_all", key=None, before=None,
-                                after={"keys_refilled": changed})
-    return changed
+                                after={"keys_refilled": refilled})
+    changed_all()  # the balances a refusal reports (X-Remaining-Credits) come from the rows
+    return refilled
 
 
 def update_key(*, key: ApiKey, changes: dict, actor: str) -> ApiKey:

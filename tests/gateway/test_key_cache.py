@@ -113,6 +113,26 @@ def test_changes_made_in_another_process_apply_at_the_keys_next_request_here(cli
 
 @pytest.mark.redis
 @pytest.mark.django_db
+def test_a_refill_moves_the_version_and_this_process_reads_its_keys_again(client, seeded, make_key, clock,
+                                                                         django_capture_on_commit_callbacks):
+    from keys.services import refill_all
+
+    def version() -> str:
+        return windows.count_and_read("key:probe", (60,), read=auth_cache.VERSION, default="unset")[1]
+
+    _, secret = make_key(credits=50, max_credits=100, rpm=1000)
+    warm(client, clock, secret)
+    before = version()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert refill_all(actor="test") == 1
+    assert version() != before
+    clock[0] += 0.1
+    assert key_reads(client, secret) == (200, 1)
+    assert post(client, *CHAT, secret)["X-Remaining-Credits"] == "98"
+
+
+@pytest.mark.redis
+@pytest.mark.django_db
 def test_a_change_that_cannot_be_published_is_logged(free_key, monkeypatch, caplog,
                                                       django_capture_on_commit_callbacks):
     def unreachable(*args, **kwargs):

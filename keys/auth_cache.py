@@ -10,14 +10,15 @@ With a shared cache (Redis) a metered request may use a row read up to KEY_CACHE
   *keys version* a new random value once its transaction has committed (``changed``);
 - a cached row remembers the version this process had seen before it read the row;
 - the request's limits script (keys.limits) reads the version in the round trip that counts
-  the request. The same version means no key has changed since the row was read. Any other
-  answer, or none (Redis unreachable), for a row older than KEY_CACHE_SECONDS makes the
-  request read the row again (``current``) before its limits, tier and balance are judged.
-  The request counts do not depend on the limits, so judging them after the re-read is exact.
+  the request. The same version means no key has changed since the row was read; another
+  makes the request read the row again (``current``) before its limits, tier and balance are
+  judged. The request counts do not depend on the limits, so judging them after that read is
+  exact. Without a version to compare (Redis unreachable, or a row read before this process
+  had seen one) a row older than KEY_CACHE_SECONDS is read again.
 
-So a change applies on every instance within KEY_CACHE_SECONDS of the version moving (at the
-key's next request once its cached row is older than that), and a key in steady use costs one
-read per KEY_CACHE_MAX_SECONDS per process instead of one per KEY_CACHE_SECONDS. If the new
+So once the version has moved, a change applies at the key's next request on every instance,
+and a key in steady use costs one read per KEY_CACHE_MAX_SECONDS per process instead of one
+per KEY_CACHE_SECONDS. If the new
 version cannot be written (Redis down while a key changes), the failure is logged and the other
 instances apply the change when their rows reach KEY_CACHE_MAX_SECONDS. An emptied Redis gets a
 new version from the next script, so every process reads its keys again.
@@ -110,10 +111,11 @@ def current(key: ApiKey, version: str | None, *, asked_at: float) -> bool:
     entry = getattr(key, "cached_row", None)
     if entry is None:
         return True  # read from the database by this very request
-    if version is not None and entry.version == version:
-        return True  # no key has changed since the row was read
-    if asked_at - entry.read_at < settings.KEY_CACHE_SECONDS:
-        return True  # young enough to be used without a version, as without a shared cache
+    if version is not None and entry.version is not None:
+        if entry.version == version:
+            return True  # no key has changed since the row was read
+    elif asked_at - entry.read_at < settings.KEY_CACHE_SECONDS:
+        return True  # no version to compare: the plain expiry decides, as without a shared cache
     fresh = _read(key.digest, version=version, now=asked_at)
     if fresh is None:  # deleted meanwhile: as good as revoked
         key.is_active = False

@@ -10,6 +10,9 @@ process memory, so exactly one worker is correct, and it runs threads: SQLite
 connections are per thread and kept between requests, which greenlets, living one
 request each, would not do.
 
+With PostgreSQL the workers share DATABASE_MAX_CONNECTIONS between their pools
+(utils_app.env.pool_size), so the instance stays within what the server accepts.
+
 Either way the workers count Prometheus metrics in files that the master empties at
 start and from which it strikes a worker's live gauges when it dies (docs/operations.md).
 """
@@ -50,6 +53,13 @@ def on_starting(server):
     directory.mkdir(parents=True, exist_ok=True)
     for stale in directory.glob("*.db"):
         stale.unlink()
+
+
+def post_fork(server, worker):
+    # Before the worker loads the application: its database pool takes its share of
+    # DATABASE_MAX_CONNECTIONS (utils_app.env.pool_size), by the worker count gunicorn runs
+    # with, a -w on the command line included.
+    os.environ["GATEWAY_WORKERS"] = str(server.cfg.workers)
 
 
 def child_exit(server, worker):

@@ -103,6 +103,30 @@ def env_names(name: str, default: str) -> tuple[str, ...]:
     return tuple(names)
 
 
+# PostgreSQL's default max_connections (100) less its 3 reserved for superusers and a few for
+# management commands and an operator's psql.
+DATABASE_MAX_CONNECTIONS = 90
+
+
+def pool_size() -> int:
+    """The most connections this process's pool may hold.
+
+    DATABASE_POOL_SIZE when set. Otherwise this process's share of DATABASE_MAX_CONNECTIONS,
+    the connections the whole instance may hold: gunicorn's workers split it
+    (GATEWAY_WORKERS, which gateway.gunicorn_conf sets in each worker), and any other
+    process (a management command) may use it all, though it opens only what it uses.
+    A burst of streams holds pooled connections for as long as the CPU keeps their
+    greenlets waiting, so the largest pool the server allows serves the most of it
+    (docs/performance.md); a pool past the server's limit would fail at its connect instead.
+    """
+    explicit = env_int("DATABASE_POOL_SIZE", 0, minimum=1)
+    if explicit:
+        return explicit
+    total = env_int("DATABASE_MAX_CONNECTIONS", DATABASE_MAX_CONNECTIONS, minimum=2)
+    workers = env_int("GATEWAY_WORKERS", 1, minimum=1)
+    return max(total // workers, 2)
+
+
 def database_from_url(url: str, *, data_dir: Path) -> dict:
     """Django DATABASES['default'] from DATABASE_URL (empty = SQLite in the data dir)."""
     if not url:
@@ -131,7 +155,7 @@ def database_from_url(url: str, *, data_dir: Path) -> dict:
         # DATABASE_POOL_TIMEOUT (utils_app.errors); dead connections are dropped before use.
         options["pool"] = {
             "min_size": 1,
-            "max_size": env_int("DATABASE_POOL_SIZE", 32, minimum=1),
+            "max_size": pool_size(),
             "timeout": env_float("DATABASE_POOL_TIMEOUT", 3.0, minimum=0.1),
         }
         return {

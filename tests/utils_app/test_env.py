@@ -16,7 +16,32 @@ def test_database_url_postgres_is_parsed():
     assert (config["USER"], config["PASSWORD"], config["HOST"], config["PORT"], config["NAME"]) == (
         "ann", "p@ss", "db.internal", "6543", "gw")
     assert config["OPTIONS"]["sslmode"] == "require"
-    assert config["OPTIONS"]["pool"]["max_size"] == 32 and config["CONN_MAX_AGE"] == 0
+    assert config["CONN_MAX_AGE"] == 0
+
+
+@pytest.mark.parametrize(("variables", "size"), [
+    ({}, env.DATABASE_MAX_CONNECTIONS),  # a process of its own (a management command) may use it all
+    ({"GATEWAY_WORKERS": "2"}, 45),
+    ({"GATEWAY_WORKERS": "4", "DATABASE_MAX_CONNECTIONS": "200"}, 50),
+    ({"GATEWAY_WORKERS": "3", "DATABASE_MAX_CONNECTIONS": "10"}, 3),  # shares round down, within the total
+    ({"GATEWAY_WORKERS": "64", "DATABASE_MAX_CONNECTIONS": "20"}, 2),  # never below two
+    ({"GATEWAY_WORKERS": "4", "DATABASE_POOL_SIZE": "7"}, 7),  # an explicit size wins
+])
+def test_each_worker_pool_takes_its_share_of_the_instance_connections(monkeypatch, variables, size):
+    for name in ("GATEWAY_WORKERS", "DATABASE_MAX_CONNECTIONS", "DATABASE_POOL_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    config = env.database_from_url("postgres://db.internal/gw", data_dir=None)
+    assert config["OPTIONS"]["pool"]["max_size"] == size
+
+
+@pytest.mark.parametrize(("name", "value"), [("DATABASE_MAX_CONNECTIONS", "1"), ("DATABASE_POOL_SIZE", "0"),
+                                             ("DATABASE_MAX_CONNECTIONS", "many"), ("GATEWAY_WORKERS", "0")])
+def test_a_bad_pool_setting_names_its_variable(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ImproperlyConfigured, match=name):
+        env.database_from_url("postgres://db.internal/gw", data_dir=None)
 
 
 @pytest.mark.parametrize("url", ["mysql://x/y", "postgres://host", "postgres://h:notaport/db", "sqlite://"])

@@ -342,6 +342,8 @@ class Gateway:
         summary = (result.stdout.strip().splitlines() or ["(no output)"])[-1]
         log(f"{self.backend} reconcile ({self.source.name}): {summary}"
             + ("" if result.returncode == 0 else f" [exit {result.returncode}]"))
+        if result.returncode != 0:
+            log(f"reconcile's whole output:\n{result.stdout}")  # a traceback's last line says little
         self.reconciled = summary if result.returncode == 0 else f"FAILED: {summary}"
         return self.reconciled
 

@@ -11,7 +11,8 @@ connections are per thread and kept between requests, which greenlets, living on
 request each, would not do.
 
 With PostgreSQL the workers share DATABASE_MAX_CONNECTIONS between their pools
-(utils_app.env.pool_size), so the instance stays within what the server accepts.
+(utils_app.env.pool_size), so the instance stays within what the server accepts, and
+each opens its whole share before its first request (utils_app.db.open_whole_pool).
 
 Either way the workers count Prometheus metrics in files that the master empties at
 start and from which it strikes a worker's live gauges when it dies (docs/operations.md).
@@ -60,6 +61,18 @@ def post_fork(server, worker):
     # DATABASE_MAX_CONNECTIONS (utils_app.env.pool_size), by the worker count gunicorn runs
     # with, a -w on the command line included.
     os.environ["GATEWAY_WORKERS"] = str(server.cfg.workers)
+
+
+def post_worker_init(worker):
+    # The application is loaded: open this worker's whole database pool before it accepts
+    # a request (utils_app.db.open_whole_pool).
+    from django.db import connection
+
+    from utils_app.db import open_whole_pool
+
+    if not open_whole_pool(connection, wait_seconds=10):
+        worker.log.warning("the database pool did not open all its connections within 10 s; "
+                           "it keeps opening them in the background")
 
 
 def child_exit(server, worker):

@@ -26,6 +26,8 @@ class DatabasePoolCollector:
         if pool is None:
             return
         stats = pool.get_stats()
+        yield GaugeMetricFamily("gateway_db_pool_connections_open", "Connections this worker's pool holds "
+                                "open, lent or not.", value=stats["pool_size"])
         yield GaugeMetricFamily("gateway_db_pool_connections_in_use", "Connections of this worker's pool "
                                 "lent to requests.", value=stats["pool_size"] - stats["pool_available"])
         yield GaugeMetricFamily("gateway_db_pool_requests_waiting", "Requests of this worker waiting for a "

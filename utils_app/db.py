@@ -70,3 +70,28 @@ def release_connection(connection) -> None:
     """
     if connection.vendor == "postgresql" and not connection.in_atomic_block:
         connection.close()
+
+
+def open_whole_pool(connection, *, wait_seconds: float) -> bool:
+    """Open every connection of this process's PostgreSQL pool now and keep them open.
+
+    For a served worker, before its first request. A pool that starts with one connection
+    grows one connection at a time, on demand, from its own background workers: under a
+    burst those wait for the CPU with everything else, and requests past
+    DATABASE_POOL_TIMEOUT are shed with 503 while the pool is still small
+    (docs/performance.md). A fixed-size pool has nothing to grow. Returns whether all
+    opened within ``wait_seconds``; the rest keep opening in the background (a database
+    still down at start-up is retried there, and the health check reports it meanwhile).
+    """
+    if connection.vendor != "postgresql":
+        return True
+    pool = connection.pool
+    if pool is None:
+        return True
+    pool.open()  # Django opens its pool at the first connection; opening twice is a no-op
+    pool.resize(min_size=pool.max_size)
+    try:
+        pool.wait(timeout=wait_seconds)
+    except Exception:  # psycopg_pool's PoolTimeout, or the pool closed under it
+        return False
+    return True

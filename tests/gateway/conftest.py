@@ -394,7 +394,10 @@ def gunicorn(data_dir: Path, *, workers: int = 1, threads: int = 4, env: dict | 
     log_path = data_dir / "gunicorn.log"
     env = {**os.environ, "DATABASE_URL": _database_url(), "GATEWAY_DATA_DIR": str(data_dir),
            "BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": str(workers), "GUNICORN_THREADS": str(threads),
-           "ACCESS_LOG": os.devnull, "LOG_LEVEL": "WARNING", **(env or {})}
+           "ACCESS_LOG": os.devnull, "LOG_LEVEL": "WARNING",
+           # Each served worker opens its whole share at start; the tests' servers share one
+           # PostgreSQL (its max_connections) with each other and with the tests.
+           "DATABASE_MAX_CONNECTIONS": "16", **(env or {})}
     with open(log_path, "wb") as log:
         process = subprocess.Popen([str(Path(sys.executable).parent / "gunicorn"), "-c",
                                     "python:gateway.gunicorn_conf", "gateway.wsgi"],

@@ -168,8 +168,9 @@ def test_the_database_pool_is_reported_on_postgresql_only(client, seeded, vendor
     found, _ = scrape(client)
     pool = {name for name, _ in found if name.startswith("gateway_db_pool_")}
     if vendor == "postgresql":
-        assert pool == {"gateway_db_pool_connections_in_use", "gateway_db_pool_requests_waiting",
-                        "gateway_db_pool_max_size"}
+        assert pool == {"gateway_db_pool_connections_open", "gateway_db_pool_connections_in_use",
+                        "gateway_db_pool_requests_waiting", "gateway_db_pool_max_size"}
+        assert 1 <= value(found, "gateway_db_pool_connections_open") <= value(found, "gateway_db_pool_max_size")
         assert value(found, "gateway_db_pool_max_size") >= 1
         assert value(found, "gateway_db_pool_requests_waiting") == 0
     else:

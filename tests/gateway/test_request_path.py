@@ -60,14 +60,20 @@ def test_slow_upstream_calls_hold_no_database_connection(transactional_db, fake_
 
 @pytest.mark.postgres
 @pytest.mark.redis
-def test_the_workers_of_an_instance_share_its_database_connections(transactional_db, tmp_path):
+def test_the_workers_of_an_instance_share_its_database_connections_and_open_them_at_start(transactional_db,
+                                                                                           tmp_path):
     # Three workers and twelve connections: four each. gunicorn tells each worker the count it
-    # runs with before the application (and its pool) is loaded.
+    # runs with before the application (and its pool) is loaded, and each worker has opened its
+    # four before it answers anything (a pool left to grow on demand would hold one or two here).
     with gunicorn(tmp_path / "server", workers=3, env={"DATABASE_MAX_CONNECTIONS": "12", "DATABASE_POOL_SIZE": "",
                                                        "METRICS_TOKEN": "scrape-me"}) as base:
-        scrape = requests.get(f"{base}/metrics", headers={"Authorization": "Bearer scrape-me"}, timeout=10).text
-    [line] = [line for line in scrape.splitlines() if line.startswith("gateway_db_pool_max_size ")]
-    assert float(line.split()[1]) == 4
+        scrapes = [requests.get(f"{base}/metrics", headers={"Authorization": "Bearer scrape-me",
+                                                             "Connection": "close"}, timeout=10).text
+                   for _ in range(6)]
+    for scrape in scrapes:  # whichever worker answered
+        gauges = dict(line.split() for line in scrape.splitlines() if line.startswith("gateway_db_pool_"))
+        assert float(gauges["gateway_db_pool_max_size"]) == 4
+        assert float(gauges["gateway_db_pool_connections_open"]) == 4
 
 
 def admin_call(base: str, admin_secret: str, operation: str, body: dict) -> requests.Response:

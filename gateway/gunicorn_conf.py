@@ -61,6 +61,8 @@ def post_fork(server, worker):
     # DATABASE_MAX_CONNECTIONS (utils_app.env.pool_size), by the worker count gunicorn runs
     # with, a -w on the command line included.
     os.environ["GATEWAY_WORKERS"] = str(server.cfg.workers)
+    if server.cfg.worker_class_str == "gthread":
+        os.environ["GATEWAY_WORKER_THREADS"] = str(server.cfg.threads)
 
 
 def post_worker_init(worker):

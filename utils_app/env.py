@@ -113,7 +113,8 @@ def pool_size() -> int:
 
     DATABASE_POOL_SIZE when set. Otherwise this process's share of DATABASE_MAX_CONNECTIONS,
     the connections the whole instance may hold: gunicorn's workers split it
-    (GATEWAY_WORKERS, which gateway.gunicorn_conf sets in each worker), and any other
+    (GATEWAY_WORKERS, which gateway.gunicorn_conf sets in each worker; a threaded worker takes no
+    more than its threads use), and any other
     process (a management command) may use it all, though it opens only what it uses.
     A burst of streams holds pooled connections for as long as the CPU keeps their
     greenlets waiting, so the largest pool the server allows serves the most of it
@@ -124,7 +125,12 @@ def pool_size() -> int:
         return explicit
     total = env_int("DATABASE_MAX_CONNECTIONS", DATABASE_MAX_CONNECTIONS, minimum=2)
     workers = env_int("GATEWAY_WORKERS", 1, minimum=1)
-    return max(total // workers, 2)
+    share = max(total // workers, 2)
+    # A threaded worker (GATEWAY_WORKER_THREADS, also set by gateway.gunicorn_conf) runs at most
+    # that many requests at once, each on one connection at a time, beside the ledger sweeper's
+    # thread: a larger pool would only hold idle connections open.
+    threads = env_int("GATEWAY_WORKER_THREADS", 0, minimum=1)
+    return min(share, threads + 1) if threads else share
 
 
 def database_from_url(url: str, *, data_dir: Path) -> dict:

@@ -76,6 +76,17 @@ def test_the_workers_of_an_instance_share_its_database_connections_and_open_them
         assert float(gauges["gateway_db_pool_connections_open"]) == 4
 
 
+@pytest.mark.postgres
+def test_a_threaded_worker_opens_no_more_connections_than_its_threads_use(transactional_db, tmp_path):
+    with gunicorn(tmp_path / "server", threads=3, env={"GUNICORN_WORKER_CLASS": "gthread", "DATABASE_POOL_SIZE": "",
+                                                       "METRICS_TOKEN": "scrape-me"}) as base:
+        scrape = requests.get(f"{base}/metrics", headers={"Authorization": "Bearer scrape-me"}, timeout=10).text
+    gauges = dict(line.split() for line in scrape.splitlines() if line.startswith("gateway_db_pool_"))
+    # Three request threads and the sweeper's, of the sixteen the instance may hold.
+    assert float(gauges["gateway_db_pool_max_size"]) == 4
+    assert float(gauges["gateway_db_pool_connections_open"]) == 4
+
+
 def admin_call(base: str, admin_secret: str, operation: str, body: dict) -> requests.Response:
     return requests.post(f"{base}/admin/{operation}", json=body, headers={"Authorization": f"Bearer {admin_secret}"},
                          timeout=10)

@@ -26,9 +26,11 @@ def test_database_url_postgres_is_parsed():
     ({"GATEWAY_WORKERS": "3", "DATABASE_MAX_CONNECTIONS": "10"}, 3),  # shares round down, within the total
     ({"GATEWAY_WORKERS": "64", "DATABASE_MAX_CONNECTIONS": "20"}, 2),  # never below two
     ({"GATEWAY_WORKERS": "4", "DATABASE_POOL_SIZE": "7"}, 7),  # an explicit size wins
+    ({"GATEWAY_WORKERS": "1", "GATEWAY_WORKER_THREADS": "32"}, 33),  # a threaded worker: its threads and the sweeper
+    ({"GATEWAY_WORKERS": "2", "GATEWAY_WORKER_THREADS": "64"}, 45),  # ... within its share
 ])
 def test_each_worker_pool_takes_its_share_of_the_instance_connections(monkeypatch, variables, size):
-    for name in ("GATEWAY_WORKERS", "DATABASE_MAX_CONNECTIONS", "DATABASE_POOL_SIZE"):
+    for name in ("GATEWAY_WORKERS", "GATEWAY_WORKER_THREADS", "DATABASE_MAX_CONNECTIONS", "DATABASE_POOL_SIZE"):
         monkeypatch.delenv(name, raising=False)
     for name, value in variables.items():
         monkeypatch.setenv(name, value)
@@ -37,7 +39,8 @@ def test_each_worker_pool_takes_its_share_of_the_instance_connections(monkeypatc
 
 
 @pytest.mark.parametrize(("name", "value"), [("DATABASE_MAX_CONNECTIONS", "1"), ("DATABASE_POOL_SIZE", "0"),
-                                             ("DATABASE_MAX_CONNECTIONS", "many"), ("GATEWAY_WORKERS", "0")])
+                                             ("DATABASE_MAX_CONNECTIONS", "many"), ("GATEWAY_WORKERS", "0"),
+                                             ("GATEWAY_WORKER_THREADS", "0")])
 def test_a_bad_pool_setting_names_its_variable(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
     with pytest.raises(ImproperlyConfigured, match=name):

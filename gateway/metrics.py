@@ -33,7 +33,8 @@ class DatabasePoolCollector:
         yield GaugeMetricFamily("gateway_db_pool_requests_waiting", "Requests of this worker waiting for a "
                                 "connection of its pool.", value=stats.get("requests_waiting", 0))
         yield GaugeMetricFamily("gateway_db_pool_max_size", "Most connections this worker's pool may hold "
-                                "(DATABASE_POOL_SIZE, or its share of DATABASE_MAX_CONNECTIONS).", value=stats["pool_max"])
+                                "(DATABASE_POOL_SIZE, or its share of DATABASE_MAX_CONNECTIONS).",
+                                value=stats["pool_max"])
 
 
 class LedgerCollector:

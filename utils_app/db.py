@@ -88,10 +88,12 @@ def open_whole_pool(connection, *, wait_seconds: float) -> bool:
     pool = connection.pool
     if pool is None:
         return True
+    from psycopg_pool import PoolClosed, PoolTimeout  # here: the embedded default never needs psycopg
+
     pool.open()  # Django opens its pool at the first connection; opening twice is a no-op
     pool.resize(min_size=pool.max_size)
     try:
         pool.wait(timeout=wait_seconds)
-    except Exception:  # psycopg_pool's PoolTimeout, or the pool closed under it
+    except (PoolTimeout, PoolClosed):
         return False
     return True

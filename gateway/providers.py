@@ -50,12 +50,12 @@ log = logging.getLogger("gateway.upstream")
 MAX_UPSTREAM_MESSAGE = 2000
 # Of an upstream's error answer only the message is used: more than this is not read.
 MAX_ERROR_BODY = 64 * 1024
-# One pooled connection per thread of a gunicorn worker is enough (gateway/gunicorn_conf.py).
-POOL_SIZE = 64
 CONNECT_TIMEOUT = 10.0
 # Hops followed when fetching an image the upstream handed out by URL.
 MAX_IMAGE_REDIRECTS = 5
 READ_BLOCK = 65536
+# How long a finished stream waits for the end of its upstream body before dropping the connection.
+STREAM_END_SECONDS = 1.0
 
 
 class StreamTooLong(UpstreamTimeout):
@@ -153,8 +153,9 @@ class Reply:
     content: bytes
 
 
-# One keep-alive pool per provider base URL (utils_app.http), shared by the threads of the process.
-_upstreams = Upstreams(pool_size=POOL_SIZE, hosts=4)
+# One keep-alive pool per provider base URL (utils_app.http), shared by the threads or greenlets of
+# the process, holding a connection for each request the worker serves at once (UPSTREAM_POOL_SIZE).
+_upstreams = Upstreams(pool_size=settings.UPSTREAM_POOL_SIZE, hosts=4)
 
 
 class HttpProvider:
@@ -320,7 +321,19 @@ class HttpProvider:
 
     def chat_stream(self, payload: dict) -> ChunkStream:
         response = self._open_stream("/chat/completions", payload)
-        return ChunkStream(self._chunks(response), response.close)
+        finished = False
+
+        def chunks() -> Iterator[dict]:
+            nonlocal finished
+            yield from self._chunks(response)
+            finished = True  # [DONE] arrived: only a failure or an early close ends it otherwise
+
+        def close() -> None:
+            if finished:
+                self._read_to_end(response)
+            response.close()
+
+        return ChunkStream(chunks(), close)
 
     def _chunks(self, response: requests.Response) -> Iterator[dict]:
         for data in self._events(response):
@@ -381,6 +394,20 @@ class HttpProvider:
             data.append(buffer[5:].strip().decode("utf-8", "replace"))
         if data:
             yield "\n".join(data)
+
+    def _read_to_end(self, response: requests.Response) -> None:
+        """After [DONE], read what is left of the body: only its end (a chunked body's last, empty
+        chunk). urllib3 then gives the connection back to the pool, and the next call skips a new
+        connection (and TLS handshake) to the provider. Anything else, or nothing within
+        STREAM_END_SECONDS, and ``response.close()`` drops the connection instead, as it does for
+        a stream the client left early (which the upstream must see closed, to stop generating).
+        The client has its [DONE] already: the WSGI server closes the body after sending it.
+        """
+        try:
+            _wait_at_most(response, STREAM_END_SECONDS)
+            response.raw.read1(READ_BLOCK)
+        except TRANSPORT_ERRORS:
+            pass
 
     def _stream_too_long(self) -> StreamTooLong:
         log.warning("stream from upstream %s ended after STREAM_MAX_SECONDS", self.name)

@@ -105,6 +105,34 @@ def test_a_client_that_asks_for_usage_gets_the_usage_chunk(client, fake_models, 
 
 
 @pytest.mark.django_db
+def test_a_finished_stream_leaves_its_upstream_connection_for_the_next_call(client, fake_models, upstream, free_key):
+    _, secret = free_key
+    upstream.sse("/chat/completions", [chunk("Hi"), chunk(finish_reason="stop"), usage_chunk(5, 1), "[DONE]"])
+    for _ in range(3):
+        found = events(post(client, PATH, {"model": "fake-chat", "messages": HELLO, "stream": True}, secret))
+        assert streamed_text(found) == "Hi" and found[-1] == "[DONE]"
+    # One connection to the provider for the three streams (a new one each would be a new TLS
+    # handshake with a real provider).
+    assert len({call.peer_port for call in upstream.posts()}) == 1
+
+
+@pytest.mark.django_db
+def test_a_stream_whose_body_goes_on_after_done_has_its_connection_dropped(client, fake_models, upstream, free_key,
+                                                                          monkeypatch):
+    monkeypatch.setattr("gateway.providers.STREAM_END_SECONDS", 0.2)
+    _, secret = free_key
+    # The body does not end after [DONE] within the wait: the connection is not kept for reuse.
+    upstream.sse("/chat/completions", [chunk("Hi"), usage_chunk(5, 1), "[DONE]", Pause(2)])
+    started = time.monotonic()
+    for _ in range(2):
+        found = events(post(client, PATH, {"model": "fake-chat", "messages": HELLO, "stream": True}, secret))
+        assert streamed_text(found) == "Hi" and found[-1] == "[DONE]"
+    assert time.monotonic() - started < 2  # neither response waited for the body's end
+    first, second = upstream.posts()
+    assert first.peer_port != second.peer_port
+
+
+@pytest.mark.django_db
 def test_a_failure_before_the_first_byte_is_an_ordinary_json_error_and_refunded(client, fake_models, upstream,
                                                                                 free_key):
     key, secret = free_key

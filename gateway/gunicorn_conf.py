@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 
 from gunicorn.glogging import Logger
+from gunicorn.workers.base_async import AsyncWorker
 
 from utils_app.logging import JsonFormatter
 
@@ -60,9 +61,13 @@ def post_fork(server, worker):
     # Before the worker loads the application: its database pool takes its share of
     # DATABASE_MAX_CONNECTIONS (utils_app.env.pool_size), by the worker count gunicorn runs
     # with, a -w on the command line included.
+    # Its keep-alive pool to each upstream holds a connection for each request it serves at once
+    # (utils_app.env.upstream_pool_size).
     os.environ["GATEWAY_WORKERS"] = str(server.cfg.workers)
     if server.cfg.worker_class_str == "gthread":
         os.environ["GATEWAY_WORKER_THREADS"] = str(server.cfg.threads)
+    elif issubclass(server.cfg.worker_class, AsyncWorker):  # gevent's and eventlet's
+        os.environ["GATEWAY_WORKER_CONNECTIONS"] = str(server.cfg.worker_connections)
 
 
 def post_worker_init(worker):

@@ -270,7 +270,7 @@ SILENCED_SYSTEM_CHECKS += [
 
 # ---- Request hardening (docs/hardening.md): caps on what one request may cost or carry,
 # bounds on every upstream call, who may set the client address, which secrets providers may name.
-from utils_app.env import env_names, env_networks  # noqa: E402
+from utils_app.env import env_names, env_networks, upstream_pool_size  # noqa: E402
 
 # Proxies whose X-Forwarded-For is believed: the client is the right-most entry that is not one of them.
 TRUSTED_PROXIES = env_networks("TRUSTED_PROXIES")
@@ -283,6 +283,8 @@ MAX_EMBEDDING_VALUES = env_int("MAX_EMBEDDING_VALUES", 1024 * 1024, minimum=4096
 UPSTREAM_MAX_BYTES = env_int("UPSTREAM_MAX_BYTES", 32 * 1024 * 1024, minimum=64 * 1024)
 # A streamed answer is ended with the contract's error event after this long, however lively.
 STREAM_MAX_SECONDS = env_float("STREAM_MAX_SECONDS", 600.0, minimum=1.0)
+# Keep-alive connections kept to each provider host: as many as a worker serves at once.
+UPSTREAM_POOL_SIZE = upstream_pool_size()
 # Environment variables a provider may name as its secret, besides any GATEWAY_UPSTREAM_* name.
 UPSTREAM_SECRET_ENV_ALLOW = env_names("UPSTREAM_SECRET_ENV_ALLOW", "OPENAI_API_KEY")
 

@@ -133,6 +133,27 @@ def pool_size() -> int:
     return min(share, threads + 1) if threads else share
 
 
+# The keep-alive connections to one upstream host that a process with no known concurrency keeps.
+UPSTREAM_POOL_SIZE = 64
+
+
+def upstream_pool_size() -> int:
+    """The most keep-alive connections this process keeps to one upstream host.
+
+    UPSTREAM_POOL_SIZE when set. Otherwise as many as the process serves requests at once:
+    a threaded worker's threads (GATEWAY_WORKER_THREADS), a cooperative worker's connections
+    (GATEWAY_WORKER_CONNECTIONS; gateway.gunicorn_conf sets both), or 64 for any other process.
+    A pool smaller than that makes every request past it open a new connection and throw it
+    away afterwards, and a burst of streams pays that over and over (docs/performance.md).
+    """
+    explicit = env_int("UPSTREAM_POOL_SIZE", 0, minimum=1)
+    if explicit:
+        return explicit
+    threads = env_int("GATEWAY_WORKER_THREADS", 0, minimum=1)
+    connections = env_int("GATEWAY_WORKER_CONNECTIONS", 0, minimum=1)
+    return threads or connections or UPSTREAM_POOL_SIZE
+
+
 def database_from_url(url: str, *, data_dir: Path) -> dict:
     """Django DATABASES['default'] from DATABASE_URL (empty = SQLite in the data dir)."""
     if not url:

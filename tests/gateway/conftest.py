@@ -127,6 +127,7 @@ def usage_chunk(prompt_tokens: int = 9, completion_tokens: int = 3) -> dict:
 
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # a burst of connections from the gateway's pool is accepted at once
 
     def handle_error(self, request, client_address):
         # The gateway drops kept-alive or half-read connections when a stream ends early: expected here.

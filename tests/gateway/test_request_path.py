@@ -87,6 +87,31 @@ def test_a_threaded_worker_opens_no_more_connections_than_its_threads_use(transa
     assert float(gauges["gateway_db_pool_connections_open"]) == 4
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_a_burst_of_requests_reuses_the_upstream_connections_of_the_last_one(transactional_db, fake_models, upstream,
+                                                                             make_key, tmp_path, monkeypatch):
+    monkeypatch.setenv("GATEWAY_UPSTREAM_FAKE_KEY", UPSTREAM_SECRET)
+    key, secret = make_key(credits=200, max_credits=200, rpm=1000)
+    ApiKey.objects.filter(pk=key.pk).update(max_concurrent=100)
+    upstream.json("/chat/completions", chat_completion(), delay=2.0)  # each burst's 80 wait at once
+    # One gevent worker serving up to 200 connections keeps up to 200 to each upstream: the
+    # second burst of 80 finds the first burst's 80 waiting. A pool smaller than the burst
+    # would open a new connection for every request past it, each time, and throw it away.
+    with gunicorn(tmp_path / "server", env={"GUNICORN_WORKER_CONNECTIONS": "200"}) as base:
+        bursts = []
+        for _ in range(2):
+            with ThreadPoolExecutor(80) as pool:
+                bursts.append([pool.submit(chat, base, secret, "fake-chat") for _ in range(80)])
+    assert [future.result().status_code for burst in bursts for future in burst] == [200] * 160
+    first, second = ({call.peer_port for call in calls} for calls in (upstream.posts()[:80], upstream.posts()[80:]))
+    assert len(first) == 80
+    assert second == first
+    key.refresh_from_db()
+    assert (key.credits, key.in_flight) == (40, 0)
+    assert mismatches() == []
+
+
 def admin_call(base: str, admin_secret: str, operation: str, body: dict) -> requests.Response:
     return requests.post(f"{base}/admin/{operation}", json=body, headers={"Authorization": f"Bearer {admin_secret}"},
                          timeout=10)

@@ -47,6 +47,27 @@ def test_a_bad_pool_setting_names_its_variable(monkeypatch, name, value):
         env.database_from_url("postgres://db.internal/gw", data_dir=None)
 
 
+@pytest.mark.parametrize(("variables", "size"), [
+    ({}, env.UPSTREAM_POOL_SIZE),  # a process of unknown concurrency (a management command)
+    ({"GATEWAY_WORKER_THREADS": "32"}, 32),  # a threaded worker: one per thread
+    ({"GATEWAY_WORKER_CONNECTIONS": "4000"}, 4000),  # a gevent worker: one per connection it serves
+    ({"GATEWAY_WORKER_CONNECTIONS": "4000", "UPSTREAM_POOL_SIZE": "200"}, 200),  # an explicit size wins
+])
+def test_the_upstream_pool_holds_what_a_worker_serves_at_once(monkeypatch, variables, size):
+    for name in ("GATEWAY_WORKER_THREADS", "GATEWAY_WORKER_CONNECTIONS", "UPSTREAM_POOL_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    assert env.upstream_pool_size() == size
+
+
+@pytest.mark.parametrize(("name", "value"), [("UPSTREAM_POOL_SIZE", "0"), ("GATEWAY_WORKER_CONNECTIONS", "some")])
+def test_a_bad_upstream_pool_setting_names_its_variable(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ImproperlyConfigured, match=name):
+        env.upstream_pool_size()
+
+
 @pytest.mark.parametrize("url", ["mysql://x/y", "postgres://host", "postgres://h:notaport/db", "sqlite://"])
 def test_a_bad_database_url_names_the_variable(url):
     with pytest.raises(ImproperlyConfigured, match="DATABASE_URL"):

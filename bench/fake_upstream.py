@@ -3,7 +3,9 @@
 POST .../chat/completions answers at once with a fixed completion, or, with "stream": true, sends
 `--chunks` SSE chunks `--interval` seconds apart, then a usage chunk when the request asked for it
 (stream_options.include_usage) and `data: [DONE]`. One event loop holds thousands of open streams,
-so it never is the limit when we count the streams a gateway instance can hold.
+so it never is the limit when we count the streams a gateway instance can hold. Like a provider's
+API, a stream is sent chunked on a connection kept alive for the next request (unless the request
+said `Connection: close`), so a gateway that keeps its upstream connections reuses them.
 
     python bench/fake_upstream.py --port 18202 --chunks 20 --interval 0.5
 
@@ -28,6 +30,11 @@ COMPLETION = {
 MAX_BODY = 1 << 20
 
 
+def _framed(data: bytes) -> bytes:
+    """One chunk of a chunked HTTP/1.1 body."""
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
 def _chunk(delta: dict, finish=None, usage=None) -> bytes:
     body = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": int(time.time()),
             "model": "bench-upstream",
@@ -43,8 +50,10 @@ class Upstream:
         self.interval = interval
         self.open_streams = 0
         self.peak_streams = 0
+        self.connections = 0  # accepted since the last reset
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.connections += 1
         try:
             while await self._one_request(reader, writer):
                 pass
@@ -64,8 +73,13 @@ class Upstream:
             headers[name.strip().lower()] = value.strip()
         length = min(int(headers.get("content-length") or 0), MAX_BODY)
         body = await reader.readexactly(length) if length else b""
+        if method == "GET" and path.rstrip("/").endswith("/stats/reset"):
+            self.peak_streams = self.open_streams  # the next burst's peak, on the same connections
+            self.connections = 0
+            path = "/stats"
         if method == "GET" and path.rstrip("/").endswith("/stats"):
-            payload = json.dumps({"open_streams": self.open_streams, "peak_streams": self.peak_streams}).encode()
+            payload = json.dumps({"open_streams": self.open_streams, "peak_streams": self.peak_streams,
+                                  "connections": self.connections}).encode()
             await self._respond(writer, 200, payload)
             return True
         if method != "POST" or not path.rstrip("/").endswith("/chat/completions"):
@@ -79,7 +93,7 @@ class Upstream:
             await self._respond(writer, 200, json.dumps(COMPLETION).encode())
             return True
         await self._stream(writer, request)
-        return False  # streams end with the connection closed
+        return headers.get("connection", "").lower() != "close"
 
     async def _respond(self, writer, status: int, payload: bytes):
         writer.write(b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
@@ -91,18 +105,18 @@ class Upstream:
         self.peak_streams = max(self.peak_streams, self.open_streams)
         try:
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                         b"Connection: close\r\n\r\n")
-            writer.write(_chunk({"role": "assistant", "content": ""}))
+                         b"Transfer-Encoding: chunked\r\n\r\n")
+            writer.write(_framed(_chunk({"role": "assistant", "content": ""})))
             await writer.drain()
             for index in range(self.chunks):
                 await asyncio.sleep(self.interval)
-                writer.write(_chunk({"content": f"piece {index} "}))
+                writer.write(_framed(_chunk({"content": f"piece {index} "})))
                 await writer.drain()
-            writer.write(_chunk({}, finish="stop"))
+            writer.write(_framed(_chunk({}, finish="stop")))
             if (request.get("stream_options") or {}).get("include_usage"):
-                writer.write(_chunk({}, usage={"prompt_tokens": 12, "completion_tokens": self.chunks,
-                                               "total_tokens": 12 + self.chunks}))
-            writer.write(b"data: [DONE]\n\n")
+                writer.write(_framed(_chunk({}, usage={"prompt_tokens": 12, "completion_tokens": self.chunks,
+                                                       "total_tokens": 12 + self.chunks})))
+            writer.write(_framed(b"data: [DONE]\n\n") + b"0\r\n\r\n")
             await writer.drain()
         finally:
             self.open_streams -= 1

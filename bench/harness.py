@@ -222,8 +222,9 @@ def start_stream_upstream(workdir: Path, *, chunks: int, interval: float,
     return process
 
 
-def upstream_stats(port: int = STREAM_UPSTREAM_PORT) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=5) as response:
+def upstream_stats(port: int = STREAM_UPSTREAM_PORT, *, reset: bool = False) -> dict:
+    """The streaming upstream's open and peak streams; ``reset`` starts a new peak."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats{'/reset' if reset else ''}", timeout=5) as response:
         return json.load(response)
 
 

@@ -13,6 +13,9 @@ stream ended. It reports:
   and the most streams the upstream had open at once (the fake upstream counts them);
 - first event within 1 s: streams served at once rather than queued behind a busy thread;
 - completed (`data: [DONE]` seen) and failed (non-200, error event or broken connection);
+- upstream connections opened: the connections the upstream accepted during the burst. The
+  upstream runs for the gateway's whole life and keeps connections alive as a provider's API
+  does, so a gateway that keeps its connections opens none for a burst no larger than the last;
 - on PostgreSQL, the most connections the bench database had open at once during the burst
   (pg_stat_activity, sampled every 0.5 s), which the gateway's connection pools bound.
 
@@ -145,6 +148,7 @@ class ConnectionSampler:
 def run_level(port: int, path: str, keys: list[str], model: str, count: int, limit_seconds: float,
               *, sample_connections: bool = False) -> dict:
     load = harness.load_average()
+    harness.upstream_stats(reset=True)
     if sample_connections:
         with ConnectionSampler() as sampler:
             result = asyncio.run(burst(port, path, keys, model, count, limit_seconds))
@@ -152,8 +156,9 @@ def run_level(port: int, path: str, keys: list[str], model: str, count: int, lim
     else:
         result = asyncio.run(burst(port, path, keys, model, count, limit_seconds))
     result["load"] = max(load, harness.load_average())
-    # The fake upstream's peak covers its whole life, so each burst gets a fresh upstream.
-    result["upstream_peak"] = harness.upstream_stats()["peak_streams"]
+    stats = harness.upstream_stats()
+    result["upstream_peak"] = stats["peak_streams"]
+    result["upstream_connections"] = stats["connections"] - 1  # less the stats request's own
     return result
 
 
@@ -163,6 +168,9 @@ def measure(backend: str, workdir: Path, args, limit_seconds: float, source: Pat
     keys = gateway.prepare(keys=args.keys)
     workers, threads = gateway.workers_and_threads()
     gateway.start()
+    # One upstream for the gateway's whole life, as a provider's API is: connections the gateway
+    # keeps from one burst serve the next.
+    upstream = harness.start_stream_upstream(workdir, chunks=args.chunks, interval=args.interval)
     rows = []
     try:
         for count in args.streams:
@@ -170,17 +178,14 @@ def measure(backend: str, workdir: Path, args, limit_seconds: float, source: Pat
                 ("direct", harness.STREAM_UPSTREAM_PORT, [], "bench-upstream"),
                 ("gateway", gateway.port, keys, "bench-stream"),
             ):
-                upstream = harness.start_stream_upstream(workdir, chunks=args.chunks, interval=args.interval)
-                try:
-                    result = run_level(port, "/v1/chat/completions", key_list, model, count, limit_seconds,
-                                       sample_connections=backend == "postgres+redis" and target == "gateway")
-                finally:
-                    upstream.stop()
+                result = run_level(port, "/v1/chat/completions", key_list, model, count, limit_seconds,
+                                   sample_connections=backend == "postgres+redis" and target == "gateway")
                 result.update(backend=backend, target=target, workers=workers, threads=threads,
                               source="working tree" if source == harness.ROOT else source.name)
                 harness.log(json.dumps(result))
                 rows.append(result)
     finally:
+        upstream.stop()
         gateway.stop()
     return rows
 
@@ -219,15 +224,16 @@ def main() -> None:
           f"{args.interval} s apart ({stream_seconds:.0f} s)\n")
     print("| backend (workers×threads), source | target | streams opened | held at once (client / upstream) "
           "| first event ≤ 1 s | first event p50 / max s | complete p50 / max s | completed | events per stream "
-          "| failed | statuses | database connections (peak) | load |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---:|")
+          "| failed | statuses | upstream connections opened | database connections (peak) | load |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---:|")
     for r in rows:
         print(f"| {r['backend']} ({r['workers']}×{r['threads']}), {r['source']} | {r['target']} | {r['streams']} "
               f"| {r['held_at_once']} / {r['upstream_peak']} | {r['first_event_within_1s']} "
               f"| {r['first_event_p50_s']} / {r['first_event_max_s']} "
               f"| {r['complete_p50_s']} / {r['complete_max_s']} | {r['completed']} "
               f"| {', '.join(map(str, r['events_per_stream']))} | {r['failed']} "
-              f"| {', '.join(r['statuses'])} | {r.get('db_connections_peak', '–')} | {r['load']:.1f} |")
+              f"| {', '.join(r['statuses'])} | {r['upstream_connections']} | {r.get('db_connections_peak', '–')} "
+              f"| {r['load']:.1f} |")
     if args.out:
         args.out.write_text(json.dumps(rows, indent=2))
 

@@ -58,11 +58,10 @@ def on_starting(server):
 
 
 def post_fork(server, worker):
-    # Before the worker loads the application: its database pool takes its share of
-    # DATABASE_MAX_CONNECTIONS (utils_app.env.pool_size), by the worker count gunicorn runs
-    # with, a -w on the command line included.
-    # Its keep-alive pool to each upstream holds a connection for each request it serves at once
-    # (utils_app.env.upstream_pool_size).
+    # Before the worker loads the application, tell it what it runs with (a -w on the command
+    # line included): its database pool takes its share of DATABASE_MAX_CONNECTIONS by the
+    # worker count (utils_app.env.pool_size), and its keep-alive pool to each upstream holds a
+    # connection for each request it serves at once (utils_app.env.upstream_pool_size).
     os.environ["GATEWAY_WORKERS"] = str(server.cfg.workers)
     if server.cfg.worker_class_str == "gthread":
         os.environ["GATEWAY_WORKER_THREADS"] = str(server.cfg.threads)

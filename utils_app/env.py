@@ -112,10 +112,10 @@ def pool_size() -> int:
     """The most connections this process's pool may hold.
 
     DATABASE_POOL_SIZE when set. Otherwise this process's share of DATABASE_MAX_CONNECTIONS,
-    the connections the whole instance may hold: gunicorn's workers split it
-    (GATEWAY_WORKERS, which gateway.gunicorn_conf sets in each worker; a threaded worker takes no
-    more than its threads use), and any other
-    process (a management command) may use it all, though it opens only what it uses.
+    the connections the whole instance may hold: gunicorn's workers split it (GATEWAY_WORKERS,
+    which gateway.gunicorn_conf sets in each worker; a threaded worker takes no more than its
+    threads use), and any other process (a management command) may use it all, though it
+    opens only what it uses.
     A burst of streams holds pooled connections for as long as the CPU keeps their
     greenlets waiting, so the largest pool the server allows serves the most of it
     (docs/performance.md); a pool past the server's limit would fail at its connect instead.

@@ -4,7 +4,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test setup browser migrate seed demo-key serve ci bench clean
+.PHONY: run test setup browser address-free migrate seed demo-key serve ci bench clean
+
+# Where `make run` serves; gunicorn reads it too (gateway/gunicorn_conf.py).
+BIND ?= 127.0.0.1:8000
+export BIND
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,14 +24,25 @@ migrate: setup
 seed: migrate
 	$(PY) manage.py seed_models
 
+# The same demo key on every run while it exists and is active; its secret is kept in the data dir.
 demo-key: seed
-	@echo "Demo key (tier free, 1000 credits); it is shown only now:"
-	@$(PY) manage.py issue_key --tier free --credits 1000 --name "demo (make run)" | tail -n 1
+	@$(PY) manage.py demo_key
 
 serve: setup
 	$(VENV)/bin/gunicorn -c python:gateway.gunicorn_conf gateway.wsgi
 
-run: demo-key serve
+# A server already listening at BIND (an earlier `make run`): stop before anything is set up or
+# issued for a server that could not start. create_server binds with SO_REUSEADDR as gunicorn does,
+# so connections an earlier run closed do not count; a BIND that is not host:port (a unix socket)
+# is left to gunicorn.
+address-free: setup
+	@$(PY) -c 'import socket, sys; host, _, port = sys.argv[1].rpartition(":"); host = host.strip("[]"); \
+	  port.isdigit() and socket.create_server((host, int(port)), \
+	                                          family=socket.AF_INET6 if ":" in host else socket.AF_INET).close()' \
+	  "$(BIND)" 2>/dev/null \
+	  || { echo "$(BIND) is in use (is the gateway already running?): stop that server or set BIND=host:port."; exit 1; }
+
+run: address-free demo-key serve
 
 # The layers contract (.importlinter) first; --no-cache keeps its cache directory out of the tree
 # (building the import graph takes under a second).

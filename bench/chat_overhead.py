@@ -22,7 +22,8 @@ One key may make 1000 requests a minute and 10000 an hour, less than a benchmark
 requests go round-robin over --keys keys (each with rpm 1000, rph 10000, 10^9 credits); a 429 or
 any other non-2xx answer is counted and shown, never hidden.
 
-Needs wrk and nginx (`apt-get install -y wrk nginx-light`); PostgreSQL and Redis for that backend.
+Needs wrk and nginx (`apt-get install -y wrk nginx-light`); for PostgreSQL + Redis, the PostgreSQL
+server binaries and redis-server: the bench runs servers of its own (bench/harness.py private_servers).
 """
 from __future__ import annotations
 
@@ -185,6 +186,7 @@ def main() -> None:
     parser.add_argument("--source", type=Path, nargs="+", default=[],
                         help="also serve the gateway from these copies of the project, in turn with the working tree")
     args = parser.parse_args()
+    harness.stop_on_sigterm()
     args.duration = max(1, min(args.duration, 300))
     args.rounds = max(1, min(args.rounds, 10))
     sources = [Path(source).resolve() for source in args.source] + [harness.ROOT]
@@ -194,10 +196,11 @@ def main() -> None:
     nginx = harness.start_nginx(workdir)
     rows = []
     try:
-        for round_ in range(args.rounds):
-            for backend in args.backends:
-                for number, source in enumerate(sources):
-                    rows += measure(backend, workdir / f"round{round_}-source{number}", args, nginx, source)
+        with harness.private_servers(workdir, wanted="postgres+redis" in args.backends):
+            for round_ in range(args.rounds):
+                for backend in args.backends:
+                    for number, source in enumerate(sources):
+                        rows += measure(backend, workdir / f"round{round_}-source{number}", args, nginx, source)
     finally:
         nginx.stop()
         harness.remove_workdir(workdir, keep=args.keep)

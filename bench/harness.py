@@ -1,9 +1,12 @@
-"""What the bench scripts share: starting and stopping the fake upstreams and a gateway instance.
+"""What the bench scripts share: starting and stopping the fake upstreams, PostgreSQL and Redis servers
+of the bench's own, and a gateway instance.
 
 Everything binds 127.0.0.1, every wait is bounded, and every process is stopped by the PID this
 module started it with (never by name). A gateway instance gets its own GATEWAY_DATA_DIR in a
-temp dir; on PostgreSQL it uses the database named in DATABASE_URL, which it drops and creates
-afresh, and on Redis the db number in REDIS_URL, which it empties.
+temp dir; on PostgreSQL it uses the database named in its database URL (PG_URL unless given),
+which it drops and creates afresh, and on Redis the db number in its Redis URL, which it empties.
+The scripts run PostgreSQL + Redis on servers of their own (PrivatePostgres, PrivateRedis,
+private_servers), never on the machine's shared ones.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -32,8 +36,21 @@ STREAM_UPSTREAM_PORT = 18202
 GATEWAY_PORTS = {"embedded": 18210, "postgres+redis": 18211}
 FLOOR_PORT = 18219
 
+# The bench's own PostgreSQL cluster and Redis server (PrivatePostgres, PrivateRedis), for the scripts
+# that measure CPU or WAL per request: the machine's shared servers also serve other work. They take
+# the first free port from these on.
+PRIVATE_PG_PORT = 18220
+PRIVATE_REDIS_PORT = 18221
+
 PG_URL = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gw_bench")
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/5")
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM ends a script through its finally blocks, so the servers it started are stopped too.
+
+    (A script started in the background by a non-interactive shell ignores SIGINT.)"""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
 def load_average() -> float:
@@ -88,8 +105,10 @@ def postgres_backends(database: str) -> list[int]:
 
 
 def redis_server_pids() -> list[int]:
-    """The redis-server processes on this machine (read only, for their CPU time: the bench shares
-    the machine's Redis, so its figure includes whatever else uses that server meanwhile)."""
+    """The bench's own redis-server while ``private_servers`` runs one; else every redis-server on
+    this machine (read only, for their CPU time: then the figure includes whatever else uses them)."""
+    if _private_redis_pid is not None:
+        return [_private_redis_pid]
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -241,13 +260,177 @@ def _reset_postgres(url: str) -> None:
 
 
 def _reset_redis(url: str) -> None:
-    """Empty the bench's own Redis db (the db number in the URL)."""
+    """Empty the bench's own Redis db: db 5 of the shared server, or any db of the bench's private one."""
     import redis
 
-    db = int(urlsplit(url).path.lstrip("/") or 0)
-    if db != 5:
-        raise SystemExit(f"refusing to flush Redis db {db}: the bench uses db 5")
+    parts = urlsplit(url)
+    db = int(parts.path.lstrip("/") or 0)
+    if db != 5 and parts.port not in _private_redis_ports:
+        raise SystemExit(f"refusing to flush Redis db {db}: the bench uses db 5, or a server of its own")
     redis.Redis.from_url(url).flushdb()
+
+
+def free_port(start: int) -> int:
+    """The first port from ``start`` on that nothing listens on (other benches on the machine take some)."""
+    import socket
+
+    for port in range(start, start + 40):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port in {start}-{start + 39}")
+
+
+def _as_postgres_user(command: list[str]) -> list[str]:
+    """initdb and postgres refuse to run as root: as root, run them as the postgres user."""
+    if os.geteuid() != 0:
+        return command
+    return ["runuser", "-u", "postgres", "--", *command]
+
+
+def postgres_bin() -> Path:
+    """The newest PostgreSQL server binaries (Debian keeps them off PATH, a folder per major version)."""
+    versions = sorted((int(folder.parent.name), folder) for folder in Path("/usr/lib/postgresql").glob("*/bin")
+                      if folder.parent.name.isdigit() and (folder / "initdb").exists())
+    if versions:
+        return versions[-1][1]
+    initdb = shutil.which("initdb")
+    if initdb:
+        return Path(initdb).parent
+    raise SystemExit("no PostgreSQL server binaries (initdb, pg_ctl): install the postgresql package")
+
+
+class PrivatePostgres:
+    """A PostgreSQL cluster of the bench's own, on 127.0.0.1:PRIVATE_PG_PORT, trust authentication.
+
+    The server's settings are its defaults, durability included (fsync, synchronous_commit and
+    full_page_writes on, as in production): what a request costs the database includes waiting
+    for its commits to reach the disk. Only max_connections is raised, so that several gateway
+    instances, each opening its whole pool (DATABASE_MAX_CONNECTIONS, 90), can stay up side by side.
+    The whole cluster belongs to the bench, so its processes' CPU and its WAL are the bench's alone.
+    """
+
+    def __init__(self, workdir: Path, *, port: int | None = None, max_connections: int = 400):
+        self.folder = workdir / "postgres"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            shutil.chown(workdir, "postgres", "postgres")
+            shutil.chown(self.folder, "postgres", "postgres")
+        self.data = self.folder / "data"
+        self.port = port or free_port(PRIVATE_PG_PORT)
+        self.bin = postgres_bin()
+        self.max_connections = max_connections
+
+    def start(self) -> None:
+        subprocess.run(_as_postgres_user([str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres",
+                                          "-A", "trust", "-E", "UTF8"]),
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=120)
+        self._ctl("start")
+        log(f"started a private PostgreSQL ({self.bin.parent.name}) on 127.0.0.1:{self.port}, "
+            f"postmaster pid {self.pid}")
+
+    def _ctl(self, *args: str) -> None:
+        options = (f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 "
+                   f"-c max_connections={self.max_connections}")
+        subprocess.run(_as_postgres_user([str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", options,
+                                          "-l", str(self.folder / "postgres.log"), "-w", "-t", "60", *args]),
+                       check=True, stdout=subprocess.DEVNULL, timeout=120)
+
+    @property
+    def pid(self) -> int:
+        return int((self.data / "postmaster.pid").read_text().split()[0])
+
+    def url(self, database: str) -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/{database}"
+
+    def processes(self) -> list[int]:
+        """The postmaster and every process it started: backends, WAL writer, checkpointer, autovacuum."""
+        return process_tree(self.pid)
+
+    def query(self, sql: str, database: str = "postgres") -> list[list[str]]:
+        out = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d", database,
+                              "-X", "-A", "-t", "-F", "\t", "-v", "ON_ERROR_STOP=1", "-c", sql],
+                             check=True, stdout=subprocess.PIPE, text=True, timeout=60).stdout
+        return [line.split("\t") for line in out.splitlines() if line]
+
+    def stop(self) -> None:
+        try:
+            pid = self.pid
+        except OSError:
+            return
+        try:
+            self._ctl("stop", "-m", "fast")
+        except (subprocess.SubprocessError, OSError):
+            os.kill(pid, signal.SIGKILL)  # the postmaster this object started, by its own PID file
+        log(f"stopped the private PostgreSQL (pid {pid})")
+
+
+_private_redis_ports: set[int] = set()
+
+
+class PrivateRedis:
+    """A redis-server of the bench's own on 127.0.0.1:PRIVATE_REDIS_PORT, saving nothing to disk."""
+
+    def __init__(self, workdir: Path, *, port: int | None = None):
+        self.port = port or free_port(PRIVATE_REDIS_PORT)
+        _private_redis_ports.add(self.port)
+        self.folder = workdir / "redis"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.process = Process("private Redis", [require_tool("redis-server", "redis-server"), "--port", str(self.port),
+                                                 "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                                                 "--dir", str(self.folder)], logfile=self.folder / "redis.log")
+        import redis
+
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis(port=self.port, socket_timeout=1).ping()
+                break
+            except redis.RedisError:
+                if time.monotonic() > deadline or not self.process.alive():
+                    raise RuntimeError(f"the private Redis did not start; see {self.process.logfile}")
+                time.sleep(0.1)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def url(self, db: int) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+_private_redis_pid: int | None = None
+
+
+@contextmanager
+def private_servers(workdir: Path, *, wanted: bool = True):
+    """The bench's own PostgreSQL and Redis while the block runs: PG_URL and REDIS_URL point at them
+    (database gw_bench, Redis db 5), so the scripts' PostgreSQL + Redis runs never touch the
+    machine's shared servers. BENCH_DATABASE_URL in the environment keeps the servers it names."""
+    global PG_URL, REDIS_URL, _private_redis_pid
+    if not wanted or os.environ.get("BENCH_DATABASE_URL"):
+        yield
+        return
+    saved = PG_URL, REDIS_URL
+    postgres = PrivatePostgres(workdir)
+    redis_server = None
+    try:
+        postgres.start()
+        redis_server = PrivateRedis(workdir)
+        PG_URL, REDIS_URL, _private_redis_pid = postgres.url("gw_bench"), redis_server.url(5), redis_server.pid
+        yield
+    finally:
+        PG_URL, REDIS_URL = saved
+        _private_redis_pid = None
+        if redis_server is not None:
+            redis_server.stop()
+        postgres.stop()
 
 
 class Gateway:
@@ -258,13 +441,15 @@ class Gateway:
     """
 
     def __init__(self, backend: str, workdir: Path, *, port: int | None = None, extra_env: dict | None = None,
-                 source: Path = ROOT):
+                 source: Path = ROOT, database_url: str | None = None, redis_url: str | None = None):
         if backend not in GATEWAY_PORTS:
             raise ValueError(f"backend must be one of {', '.join(GATEWAY_PORTS)}")
         if not (Path(source) / "manage.py").is_file():
             raise ValueError(f"{source} is not a copy of the project (no manage.py)")
         self.backend = backend
         self.source = Path(source)
+        self.database_url = database_url or PG_URL
+        self.redis_url = redis_url or REDIS_URL
         self.port = port or GATEWAY_PORTS[backend]
         self.dir = workdir / backend.replace("+", "_")
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -279,8 +464,8 @@ class Gateway:
             "DJANGO_SETTINGS_MODULE": "gateway.settings",
         })
         if backend == "postgres+redis":
-            env["DATABASE_URL"] = PG_URL
-            env["REDIS_URL"] = REDIS_URL
+            env["DATABASE_URL"] = self.database_url
+            env["REDIS_URL"] = self.redis_url
         env.update(extra_env or {})
         self.env = env
         self.process: Process | None = None
@@ -295,8 +480,8 @@ class Gateway:
     def prepare(self, *, keys: int) -> list[str]:
         """Fresh database and cache, migrated and seeded with bench/catalog.toml, and `keys` keys."""
         if self.backend == "postgres+redis":
-            _reset_postgres(PG_URL)
-            _reset_redis(REDIS_URL)
+            _reset_postgres(self.database_url)
+            _reset_redis(self.redis_url)
         log(f"{self.backend}: migrate, seed_models {CATALOG.name}, issue {keys} keys")
         self.manage("migrate", "--noinput")
         self.manage("seed_models", str(CATALOG))
@@ -367,14 +552,16 @@ class Gateway:
         return json.loads(out)
 
     def start_floor(self, port: int) -> Process:
-        """bench/floor_view.py under gunicorn with this gateway's worker settings, on ``port``."""
+        """bench/floor_view.py under gunicorn with this gateway's worker settings, on ``port``.
+
+        No access log: the floor is the least a service does per request (gunicorn formats and
+        writes an access line even to /dev/null)."""
         config = self.server_config()
         process = Process(
             f"floor view on :{port}",
             [str(VENV_BIN / "gunicorn"), "--chdir", str(BENCH), "-b", f"127.0.0.1:{port}",
              "-k", config["worker_class"], "-w", str(config["workers"]), "--threads", str(config["threads"]),
-             "--worker-connections", str(config["worker_connections"]), "--access-logfile", "/dev/null",
-             "floor_view:application"],
+             "--worker-connections", str(config["worker_connections"]), "floor_view:application"],
             env={**os.environ, "FLOOR_UPSTREAM": f"http://127.0.0.1:{FAST_UPSTREAM_PORT}/v1/chat/completions"},
             logfile=self.dir / "floor.log")
         wait_for_port(port, process=process)

@@ -204,6 +204,7 @@ def main() -> None:
     parser.add_argument("--source", type=Path, nargs="+", default=[],
                         help="also serve the gateway from these copies of the project (e.g. an older commit)")
     args = parser.parse_args()
+    harness.stop_on_sigterm()
     if max(args.streams) > 5000:
         raise SystemExit("at most 5000 streams per burst")
     stream_seconds = args.chunks * args.interval
@@ -214,9 +215,10 @@ def main() -> None:
     harness.log(f"work dir {workdir}")
     rows = []
     try:
-        for backend in args.backends:
-            for number, source in enumerate([Path(s).resolve() for s in args.source] + [harness.ROOT]):
-                rows += measure(backend, workdir / f"source{number}", args, limit_seconds, source)
+        with harness.private_servers(workdir, wanted="postgres+redis" in args.backends):
+            for backend in args.backends:
+                for number, source in enumerate([Path(s).resolve() for s in args.source] + [harness.ROOT]):
+                    rows += measure(backend, workdir / f"source{number}", args, limit_seconds, source)
     finally:
         harness.remove_workdir(workdir, keep=args.keep)
 

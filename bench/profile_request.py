@@ -50,8 +50,8 @@ PHASES = [
     "keys.limits:enforce",
     "keys.credits:charge",
     "keys.credits:refund",
-    "gateway.providers:HttpProvider.chat",
-    "gateway.providers:LocalProvider.chat",
+    "gateway.upstream.openai:OpenAIAdapter.chat",
+    "gateway.upstream.local:LocalAdapter.chat",
     "gateway.services:Meter._record",
 ]
 
@@ -231,6 +231,7 @@ def main() -> None:
                         help="embedded only: override SQLite's CONN_MAX_AGE (0 opens a connection per request, "
                              "as before persistent connections; PostgreSQL uses a connection pool instead)")
     args = parser.parse_args()
+    harness.stop_on_sigterm()
     args.requests = max(10, min(args.requests, 10000))
     if args.conn_max_age is not None and args.backend != "embedded":
         parser.error("--conn-max-age applies to the embedded default only (PostgreSQL uses a connection pool)")
@@ -238,8 +239,9 @@ def main() -> None:
     workdir = harness.make_workdir("profile")
     nginx = harness.start_nginx(workdir)
     try:
-        setup_django(args.backend, workdir)
-        report = profile(args)
+        with harness.private_servers(workdir, wanted=args.backend == "postgres+redis"):
+            setup_django(args.backend, workdir)
+            report = profile(args)
     finally:
         nginx.stop()
         harness.remove_workdir(workdir, keep=args.keep)

@@ -10,21 +10,41 @@ process memory, so exactly one worker is correct, and it runs threads: SQLite
 connections are per thread and kept between requests, which greenlets, living one
 request each, would not do.
 
-With PostgreSQL the workers share DATABASE_MAX_CONNECTIONS between their pools
-(utils_app.env.pool_size), so the instance stays within what the server accepts, and
-each opens its whole share before its first request (utils_app.db.open_whole_pool).
+With PostgreSQL each worker opens its pool (DATABASE_POOL_SIZE, 8 by default, or its share of
+DATABASE_MAX_CONNECTIONS: utils_app.env.pool_size) before its first request
+(utils_app.db.open_whole_pool); a pool the server refused keeps opening in the background.
 
 Either way the workers count Prometheus metrics in files that the master empties at
 start and from which it strikes a worker's live gauges when it dies (docs/operations.md).
 """
+import json
+import logging
 import multiprocessing
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
+from gunicorn import util
 from gunicorn.glogging import Logger
 from gunicorn.workers.base_async import AsyncWorker
 
 from utils_app.logging import JsonFormatter
+
+
+def _stop_on_a_bad_setting() -> None:
+    # A bad setting stops the server here, before a worker is forked, with the one line that names it:
+    # each worker would otherwise fail to load the application on its own (a line each, and with
+    # several gunicorn's own traceback as it halts). Read in a process of its own, because the master
+    # must not import the settings: each worker computes some after the fork (its pool sizes).
+    checked = subprocess.run([sys.executable, "-c", "import manage; manage.check_settings()"],
+                             cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True)
+    if checked.returncode:
+        raise SystemExit(checked.stderr.strip())
+
+
+_stop_on_a_bad_setting()
 
 bind = os.environ.get("BIND", "127.0.0.1:8000")
 _shared_cache = bool(os.environ.get("REDIS_URL", "").strip())
@@ -39,9 +59,14 @@ worker_connections = int(os.environ.get("GUNICORN_WORKER_CONNECTIONS", 4000))  #
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", 300))
 keepalive = 5
 _json_logs = os.environ.get("LOG_FORMAT", "").strip().lower() == "json"
-# With LOG_FORMAT=json each request already has its JSON summary line (utils_app.logging), so the
-# plain access log is off unless ACCESS_LOG asks for it.
-accesslog = os.environ.get("ACCESS_LOG", None if _json_logs else "-")
+# Each request has its summary line (utils_app.logging: status, bytes, client, timing, the reason of
+# a failure), the service's access log; gunicorn's own is a second line per request, off unless
+# ACCESS_LOG names where to write it ("-": standard output).
+accesslog = os.environ.get("ACCESS_LOG", "").strip() or None
+# When the access line is written, it names the path only: a query string, a Referer or the user
+# name of a Basic Authorization header can each carry a key (a client sending ?api_key=…), and no
+# secret may reach the logs. The summary line (utils_app.logging) names the operation anyway.
+access_log_format = '%(h)s %(t)s "%(m)s %(U)s %(H)s" %(s)s %(b)s %(M)sms "%(a)s"'
 
 # Prometheus multiprocess mode (utils_app.metrics): every worker counts in its own mmapped files in
 # this folder, and a scrape adds them all up. Set before any worker imports prometheus_client.
@@ -59,8 +84,8 @@ def on_starting(server):
 
 def post_fork(server, worker):
     # Before the worker loads the application, tell it what it runs with (a -w on the command
-    # line included): its database pool takes its share of DATABASE_MAX_CONNECTIONS by the
-    # worker count (utils_app.env.pool_size), and its keep-alive pool to each upstream holds a
+    # line included): its database pool takes its share of DATABASE_MAX_CONNECTIONS, when set, by
+    # the worker count (utils_app.env.pool_size), and its keep-alive pool to each upstream holds a
     # connection for each request it serves at once (utils_app.env.upstream_pool_size).
     os.environ["GATEWAY_WORKERS"] = str(server.cfg.workers)
     if server.cfg.worker_class_str == "gthread":
@@ -70,15 +95,25 @@ def post_fork(server, worker):
 
 
 def post_worker_init(worker):
-    # The application is loaded: open this worker's whole database pool before it accepts
-    # a request (utils_app.db.open_whole_pool).
+    # The application is loaded: start the routing upkeep (the figures of its requests, the probes of
+    # disabled deployments: gateway.probes), and open this worker's whole database pool before it
+    # accepts a request (utils_app.db.open_whole_pool). A server that refuses (full, down) does not
+    # hold the worker back: it serves, answering 503 with the cause until the pool connects.
     from django.db import connection
 
+    from gateway.probes import start_upkeep
     from utils_app.db import open_whole_pool
 
-    if not open_whole_pool(connection, wait_seconds=10):
-        worker.log.warning("the database pool did not open all its connections within 10 s; "
-                           "it keeps opening them in the background")
+    start_upkeep()
+    missing = open_whole_pool(connection, wait_seconds=10)
+    if missing:
+        worker.log.warning("database pool: %s; the rest keep opening in the background", missing)
+    else:
+        # With the pool open, a warning for each provider this worker cannot call (a secret not set);
+        # a database that refused the pool says so above, and is not waited for a second time here.
+        from gateway.wsgi import warn_unconfigured_providers
+
+        warn_unconfigured_providers()
 
 
 def child_exit(server, worker):
@@ -88,15 +123,55 @@ def child_exit(server, worker):
     multiprocess.mark_process_dead(worker.pid)
 
 
-class JsonLogger(Logger):
-    """gunicorn's own log lines (start, workers, signals) as JSON too, with LOG_FORMAT=json."""
+class _NoQueryStrings(logging.Filter):
+    """Cuts query strings out of gunicorn's own lines: an invalid request is logged with its request line."""
+
+    _QUERY = re.compile(r"\?[^\s'\"]*")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "?" in message:
+            record.msg, record.args = self._QUERY.sub("?…", message), None
+        return True
+
+
+class QuietLogger(Logger):
+    """gunicorn's logger, its error lines without query strings."""
 
     def setup(self, cfg):
         super().setup(cfg)  # also on every reload
+        self.error_log.addFilter(_NoQueryStrings())
+
+
+class JsonLogger(QuietLogger):
+    """gunicorn's own log lines (start, workers, signals) as JSON too, with LOG_FORMAT=json."""
+
+    def setup(self, cfg):
+        super().setup(cfg)
         for log in (self.error_log, self.access_log):
             for handler in log.handlers:
                 handler.setFormatter(JsonFormatter())
 
 
-if _json_logs:
-    logger_class = JsonLogger
+logger_class = JsonLogger if _json_logs else QuietLogger
+
+
+# The errors gunicorn answers itself, before the application sees a request (a malformed request
+# line or header, headers over its limits), in the contract's JSON error body instead of its HTML
+# page. Every worker kind answers them through gunicorn.util.write_error, so that is the one place.
+_ERROR_CODES = {400: "malformed_request", 403: "permission_denied", 414: "request_line_too_long",
+                417: "expectation_failed", 431: "request_headers_too_large", 500: "internal_error",
+                501: "not_implemented"}
+
+
+def write_json_error(sock, status_int: int, reason: str, mesg: str) -> None:
+    kind = "server_error" if status_int >= 500 else "permission_error" if status_int == 403 else \
+        "invalid_request_error"
+    body = json.dumps({"error": {"message": f"{reason}: {mesg}" if mesg else reason, "type": kind, "param": None,
+                                 "code": _ERROR_CODES.get(status_int, "bad_request")}}).encode()
+    head = (f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n")
+    util.write_nonblock(sock, head.encode("latin-1") + body)
+
+
+util.write_error = write_json_error

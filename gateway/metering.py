@@ -59,14 +59,16 @@ CHARGE_SQLITE = (f"{_TAKE} RETURNING credits",
                  f"VALUES (%(key)s, {_ENTRY_VALUES.format(balance='%(balance)s')}) RETURNING id, balance_after")
 
 _COMPLETE = (f"UPDATE {LEDGER} SET status = 'completed', settled_at = %(now)s, input_tokens = %(input_tokens)s, "
-             f"output_tokens = %(output_tokens)s, latency_ms = %(latency_ms)s, provider = %(provider)s "
+             f"output_tokens = %(output_tokens)s, latency_ms = %(latency_ms)s, provider = %(provider)s, "
+             f"deployment_id = %(deployment)s "
              f"WHERE id = %(entry)s AND status = 'pending' RETURNING key_id, amount, request_id")
 _RELEASE = f"UPDATE {KEYS} SET in_flight = CASE WHEN in_flight > 0 THEN in_flight - 1 ELSE 0 END WHERE id = "
 # The usage row takes the request id from the charge row it settles: no parameter can disagree with the ledger.
-_USAGE_COLUMNS = ("key_id, model_id, operation, status, success, input_tokens, output_tokens, credits_charged, "
-                  "latency_ms, provider, created_at, request_id")
-_USAGE_VALUES = ("%(model_pk)s, %(operation)s, 200, TRUE, %(input_tokens)s, %(output_tokens)s, {credits}, "
-                 "%(latency_ms)s, %(provider)s, %(now)s, {request_id}")
+_USAGE_COLUMNS = ("key_id, model_id, operation, status, success, input_tokens, output_tokens, cached_tokens, "
+                  "credits_charged, latency_ms, provider, deployment_id, created_at, request_id")
+_USAGE_VALUES = ("%(model_pk)s, %(operation)s, %(status)s, %(success)s, %(input_tokens)s, %(output_tokens)s, "
+                 "%(cached_tokens)s, {credits}, "
+                 "%(latency_ms)s, %(provider)s, %(deployment)s, %(now)s, {request_id}")
 COMPLETE_POSTGRES = (f"WITH settled AS ({_COMPLETE}), "
                      f"released AS ({_RELEASE} (SELECT key_id FROM settled)) "
                      f"INSERT INTO {USAGE} ({_USAGE_COLUMNS}) "
@@ -74,6 +76,12 @@ COMPLETE_POSTGRES = (f"WITH settled AS ({_COMPLETE}), "
 COMPLETE_SQLITE = (_COMPLETE, f"{_RELEASE} %(key)s",
                    f"INSERT INTO {USAGE} ({_USAGE_COLUMNS}) "
                    f"VALUES (%(key)s, {_USAGE_VALUES.format(credits='%(credits)s', request_id='%(request_id)s')})")
+
+
+# Token counts above this are not believed (no model reads or writes ten million tokens in one request);
+# it is also well inside the usage columns' 4-byte integers.
+MAX_TOKENS = 10_000_000
+MAX_LATENCY_MS = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -170,11 +178,30 @@ def _refused(*, key: ApiKey, model: AiModel, amount: int, **charge_args) -> int:
     raise InsufficientCredits(f"This request costs {amount} credit(s) and the key has {row['credits']}.")
 
 
+def clamp_tokens(count) -> int:
+    """A token count an upstream reported, made one the usage columns hold (CONTRACT section 5).
+
+    Not an integer, negative, or absurd (2^63 was seen): a settlement must never fail on it, since
+    a failed settlement leaves the charge pending and the key's in-flight slot taken until the
+    sweeper refunds it, which would make the request free.
+    """
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        return 0
+    return min(count, MAX_TOKENS)
+
+
 def complete(*, entry: int, key: ApiKey, model: AiModel, operation: str, provider: str, input_tokens: int,
-             output_tokens: int, latency_ms: int) -> bool:
-    """Settle a charge as completed and record its usage; False when it was no longer pending."""
+             output_tokens: int, latency_ms: int, cached_tokens: int = 0, deployment: int | None = None,
+             status: int = 200, success: bool = True) -> bool:
+    """Settle a charge as completed and record its usage; False when it was no longer pending.
+
+    ``status`` and ``success`` are the usage row's: a stream charged after it broke off records
+    the failure it ended with (CONTRACT section 5), a whole answer 200 and success.
+    """
     params = {"entry": entry, "key": key.pk, "model_pk": model.pk, "operation": operation, "provider": provider,
-              "input_tokens": input_tokens, "output_tokens": output_tokens, "latency_ms": latency_ms, "now": _now()}
+              "input_tokens": input_tokens, "output_tokens": output_tokens, "cached_tokens": cached_tokens,
+              "latency_ms": min(latency_ms, MAX_LATENCY_MS),
+              "now": _now(), "status": status, "success": success, "deployment": deployment}
     with _cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(COMPLETE_POSTGRES, params)
@@ -190,7 +217,7 @@ def complete(*, entry: int, key: ApiKey, model: AiModel, operation: str, provide
 
 
 def refund(*, entry: int, status: str = LedgerEntry.REFUNDED, usage: dict | None = None,
-           latency_ms: int | None = None, provider: str = "") -> int | None:
+           latency_ms: int | None = None, provider: str = "", deployment: int | None = None) -> int | None:
     """Give a pending charge back: mark it ``status`` (refunded or abandoned), restore its credits up to
     the key's maxCredits, write the refund row and, when given, the usage event of the failure.
 
@@ -202,7 +229,7 @@ def refund(*, entry: int, status: str = LedgerEntry.REFUNDED, usage: dict | None
                    .only("id", "key_id", "amount", "model", "request_id").first())
         if charged is None:
             return None
-        key = ApiKey.objects.select_for_update().only("id", "credits", "max_credits", "in_flight").get(
+        key = ApiKey.objects.select_for_update().only("id", "digest", "credits", "max_credits", "in_flight").get(
             pk=charged.key_id)
         # Never above maxCredits (an edit may have lowered it meanwhile), never below what the key has.
         restored = max(0, min(-charged.amount, key.max_credits - key.credits))
@@ -210,7 +237,7 @@ def refund(*, entry: int, status: str = LedgerEntry.REFUNDED, usage: dict | None
         key.in_flight = max(0, key.in_flight - 1)
         key.save(update_fields=["credits", "in_flight"])
         LedgerEntry.objects.filter(pk=entry).update(status=status, settled_at=now, latency_ms=latency_ms,
-                                                    provider=provider)
+                                                    provider=provider, deployment_id=deployment)
         LedgerEntry.objects.create(key_id=key.pk, kind=LedgerEntry.REFUND, amount=restored,
                                    balance_after=key.credits, charge_id=entry, created_at=now, settled_at=now,
                                    actor="" if status == LedgerEntry.REFUNDED else "settle_stale")
@@ -219,4 +246,5 @@ def refund(*, entry: int, status: str = LedgerEntry.REFUNDED, usage: dict | None
         if usage is not None:
             UsageEvent.objects.create(key_id=key.pk, created_at=now, request_id=charged.request_id, **usage)
     metrics.refunded(model=charged.model, credits=restored)  # outside the block: a rollback counts nothing
+    auth_cache.note_credits(key.digest, key.credits)  # what a refusal before the next charge reports
     return key.credits

@@ -12,6 +12,7 @@ from django.http import Http404, HttpResponse
 from prometheus_client.core import GaugeMetricFamily
 
 from keys.ledger import pending_charges
+from models_catalog.models import Deployment
 from utils_app import metrics
 from utils_app.errors import AccessDenied, MethodNotAllowed, json_error
 
@@ -50,6 +51,19 @@ class LedgerCollector:
                                 "0 when there is none.", value=pending["oldest_seconds"] or 0)
 
 
+class DeploymentCollector:
+    """How many deployments are disabled right now: the database says so (gateway.routing)."""
+
+    def collect(self):
+        try:
+            disabled = Deployment.objects.filter(disabled_at__isnull=False).count()
+        except Exception:  # the database is down: the scrape still shows everything else
+            log.warning("disabled deployments could not be counted for /metrics", exc_info=True)
+            return
+        yield GaugeMetricFamily("gateway_deployments_disabled", "Deployments disabled right now (a refused secret, "
+                                "or by hand); a probe or a person enables them again.", value=disabled)
+
+
 def metrics_view(request):
     if not metrics.enabled():
         raise Http404("No metrics here: set METRICS_TOKEN or METRICS_ALLOW.")
@@ -59,7 +73,7 @@ def metrics_view(request):
         return json_error(AccessDenied("Metrics need the METRICS_TOKEN bearer token or an address in "
                                        "METRICS_ALLOW.", code="metrics_forbidden"))
     # The pool first: the ledger query then takes a connection of it for the scrape itself.
-    body, content_type = metrics.exposition(collectors=(DatabasePoolCollector(), LedgerCollector()),
+    body, content_type = metrics.exposition(collectors=(DatabasePoolCollector(), LedgerCollector(), DeploymentCollector()),
                                             accept=request.META.get("HTTP_ACCEPT", ""))
     response = HttpResponse(body, content_type=content_type)
     response["Cache-Control"] = "no-store"

@@ -33,13 +33,15 @@ from utils_app.serializers import (
     StrictFloatField,
     StrictIntegerField,
     StrictJsonObjectField,
+    StrictListField,
     StrictSerializer,
     fail,
     optional,
 )
 
 MODEL_ID_MAX = 120
-CHAT_ROLES = ("system", "user", "assistant", "tool")
+# "developer" is what OpenAI's newer models take in place of "system"; each provider type translates it.
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 IMAGE_QUALITIES = ("standard", "hd", "ultra_hd", "clarity")
 IMAGE_FORMATS = ("url", "b64_json")
 IMAGE_STYLES = ("vivid", "natural")
@@ -117,7 +119,7 @@ class ChatMessage(serializers.Serializer):
     """
 
     schema_rules = {"anyOf": [
-        {"required": ["content"], "properties": {"role": {"enum": ["system", "user", "assistant"]},
+        {"required": ["content"], "properties": {"role": {"enum": ["system", "developer", "user", "assistant"]},
                                                  "content": CONTENT}},
         {"required": ["content", "tool_call_id"], "properties": {
             "role": {"enum": ["tool"]}, "content": CONTENT, "tool_call_id": {"type": "string", "minLength": 1}}},
@@ -131,7 +133,7 @@ class ChatMessage(serializers.Serializer):
     content = MessageContent(required=False)
     name = optional(StrictCharField, max_length=256)
     tool_call_id = optional(StrictCharField, max_length=200)
-    tool_calls = optional(serializers.ListField, child=ToolCall())
+    tool_calls = optional(StrictListField, child=ToolCall())
     function_call = optional(StrictJsonObjectField)
 
     def validate(self, attrs):
@@ -240,7 +242,7 @@ class ChatCompletionRequest(StrictSerializer):
 
     model = StrictCharField(max_length=MODEL_ID_MAX)
     # Each message is work for the upstream and for the token estimate: a request carries at most MAX_CHAT_MESSAGES.
-    messages = serializers.ListField(child=ChatMessage(), min_length=1, max_length=settings.MAX_CHAT_MESSAGES)
+    messages = StrictListField(child=ChatMessage(), min_length=1, max_length=settings.MAX_CHAT_MESSAGES)
     stream = optional(StrictBooleanField, default=False)
     stream_options = optional(StreamOptions)
     temperature = optional(StrictFloatField, min_value=0, max_value=2)
@@ -248,7 +250,7 @@ class ChatCompletionRequest(StrictSerializer):
     max_tokens = optional(StrictIntegerField, min_value=1)
     max_completion_tokens = optional(StrictIntegerField, min_value=1)
     stop = optional(StopSequences)
-    tools = optional(serializers.ListField, child=Tool(), max_length=128)
+    tools = optional(StrictListField, child=Tool(), max_length=128)
     tool_choice = optional(ToolChoice)
     response_format = optional(ResponseFormat)
     seed = optional(StrictIntegerField)

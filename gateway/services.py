@@ -23,13 +23,16 @@ from typing import TypeVar
 
 from django.db import DatabaseError, connection, transaction
 
-from gateway import idempotency, media, metering, providers, serializers, sweeper
+from django.conf import settings
+
+from gateway import idempotency, media, metering, routing, serializers, sweeper, upstream
 from gateway.local_models import count_tokens
 from gateway.metering import Idempotency
-from gateway.providers import UpstreamRejected, UpstreamTimeout, content_text, prompt_text
+from gateway.upstream.shapes import ChunkStream, content_text, prompt_text
+from gateway.upstream.transport import Deadline
 from keys.models import ApiKey
 from models_catalog import catalog
-from models_catalog.models import AiModel, Provider
+from models_catalog.models import AiModel, Deployment
 from utils_app import logging as request_log
 from utils_app import metrics
 from utils_app.errors import (
@@ -37,8 +40,11 @@ from utils_app.errors import (
     GatewayError,
     InvalidRequest,
     NotFound,
+    UnsupportedParameter,
     UpstreamError,
     UpstreamRateLimited,
+    UpstreamRejected,
+    UpstreamTimeout,
     as_gateway_error,
 )
 from utils_app.db import release_connection
@@ -61,10 +67,10 @@ class Outcome:
 
 
 class Meter:
-    """One admitted request: its pending charge, and the settlement that follows the upstream call."""
+    """One admitted request: its pending charge, its attempts over the model's pool, and the settlement."""
 
     def __init__(self, *, key: ApiKey, model: AiModel, operation: str, entry: int, limit_headers: dict,
-                 chain: list[Provider], claim: Idempotency | None, amount: int):
+                 attempts: routing.Attempts, claim: Idempotency | None, amount: int):
         self.key = key
         self.model = model
         self.operation = operation
@@ -73,12 +79,18 @@ class Meter:
         # The request's summary line (utils_app.logging), None outside a served request.
         self.line = request_log.current()
         self.limit_headers = limit_headers
-        self.chain = chain
+        self.attempts = attempts
         self.claim = claim
         self.started = time.monotonic()
-        self.provider = ""
+        # The whole request's budget: the longest timeout of the pool's providers, however many attempts.
+        self.deadline = Deadline(max((d.provider.timeout for d in model.pool), default=60.0))
+        self.deployment: Deployment | None = None  # the one that answered, or was tried last
         self.sent = False  # whether an upstream was asked: only those requests are recorded as usage
         self.settled = False
+
+    @property
+    def provider(self) -> str:
+        return self.deployment.provider.name if self.deployment else ""
 
     def headers(self) -> dict:
         # key.credits follows the charge and any refund.
@@ -87,38 +99,52 @@ class Meter:
     def latency_ms(self) -> int:
         return int((time.monotonic() - self.started) * 1000)
 
-    def call(self, operation: Callable[[providers.HttpProvider | providers.LocalProvider], T]) -> T:
-        """Run an upstream call on the model's provider, then on each fallback while they fail.
+    def call(self, operation: Callable[[upstream.Adapter], T]) -> T:
+        """Run an upstream call at a deployment of the model's pool, then at another while they fail.
 
-        A refusal of the request itself (upstream 4xx) is final: another provider would
-        refuse it too. Failures of the provider (5xx, unreachable, timeout, missing
-        credentials, its own rate limit) move on; the last one is what the client sees.
+        At most MAX_UPSTREAM_ATTEMPTS attempts, never past the request's deadline. Each error
+        says whether the request moves on (utils_app.errors.UpstreamError); a refusal of the
+        request itself (an upstream 4xx) is final, since another deployment would refuse it
+        too. When every attempt failed, the last failure is what the client sees.
         """
-        self.sent = True
         failure = None
-        for provider in self.chain:
-            self.provider = provider.name
+        for _ in range(settings.MAX_UPSTREAM_ATTEMPTS):
+            if self.deadline.left() <= 0:
+                break
+            deployment = self.attempts.next()
+            if deployment is None:
+                break
+            self.deployment, self.sent = deployment, True
+            deadline = Deadline(min(deployment.provider.timeout, self.deadline.left()))
             started = time.perf_counter()
             try:
-                return operation(providers.client_for(provider))
-            except UpstreamRejected:
-                metrics.upstream_failed(provider=provider.name, kind="rejected")
-                raise
-            except UpstreamError as exc:
-                metrics.upstream_failed(provider=provider.name, kind=failure_kind(exc))
+                result = operation(upstream.adapter_for(deployment, deadline))
+            except (UpstreamError, UpstreamRejected, UnsupportedParameter) as exc:
+                self._upstream_took(deployment.provider.name, time.perf_counter() - started)
+                metrics.upstream_failed(provider=deployment.provider.name, kind=failure_kind(exc))
+                routing.failed(deployment, exc)
+                self._note_attempt(deployment, exc)
+                if not exc.retry:
+                    raise
                 failure = exc
-                log.info("provider %s failed for %s (%s); %s", provider.name, self.model.model_id, exc.code,
-                         "trying the next one" if provider is not self.chain[-1] else "no fallback left")
-            finally:
-                self._upstream_took(provider.name, time.perf_counter() - started)
-        raise failure
+                continue
+            seconds = time.perf_counter() - started
+            self._upstream_took(deployment.provider.name, seconds)
+            routing.succeeded(deployment, seconds)
+            return result
+        raise failure if failure is not None else self.attempts.none_left()
+
+    def _note_attempt(self, deployment: Deployment, error: Exception) -> None:
+        if self.line is not None:
+            self.line.attempts.append(f"{deployment.provider.name}#{deployment.pk}:{getattr(error, 'code', 'error')}")
 
     def _upstream_took(self, provider: str, seconds: float) -> None:
         metrics.upstream_called(provider=provider, seconds=seconds)
         if self.line is not None:
             self.line.upstream_seconds += seconds
 
-    def succeed(self, *, input_tokens: int, output_tokens: int, answer: Outcome | bytes | None = None) -> None:
+    def succeed(self, *, input_tokens: int, output_tokens: int, cached_tokens: int = 0,
+                answer: Outcome | bytes | None = None, status: int = 200, upstream_success: bool = True) -> None:
         """Complete the charge and record the usage; ``answer`` is kept for Idempotency-Key retries.
 
         The client gets its answer even when the database refuses this write (it just
@@ -130,10 +156,14 @@ class Meter:
         if self.settled:
             return
         self.settled = True
-        input_tokens, output_tokens = max(0, int(input_tokens)), max(0, int(output_tokens))
+        input_tokens, output_tokens = metering.clamp_tokens(input_tokens), metering.clamp_tokens(output_tokens)
+        cached_tokens = min(metering.clamp_tokens(cached_tokens), input_tokens)  # part of the input, never more
+        if status != 200 and self.line is not None:
+            self.line.status = status  # a stream that ended early: its summary says how
 
         def settle() -> None:
-            if self._complete(input_tokens, output_tokens, answer):
+            if self._complete(input_tokens, output_tokens, cached_tokens, answer, status=status,
+                              success=upstream_success):
                 self._count_success(input_tokens, output_tokens)
 
         self._settle(settle, what=f"completion of charge {self.entry} of key {self.key.prefix}")
@@ -153,10 +183,12 @@ class Meter:
         log.warning("%s failed twice; retrying in the background", what)
         sweeper.settle_later(settle, what=what)
 
-    def _complete(self, input_tokens: int, output_tokens: int, answer) -> bool:
+    def _complete(self, input_tokens: int, output_tokens: int, cached_tokens: int, answer, *, status: int,
+                  success: bool) -> bool:
         settle = dict(entry=self.entry, key=self.key, model=self.model, operation=self.operation,
-                      provider=self.provider, input_tokens=input_tokens, output_tokens=output_tokens,
-                      latency_ms=self.latency_ms())
+                      provider=self.provider, deployment=self.deployment.pk if self.deployment else None,
+                      input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached_tokens,
+                      latency_ms=self.latency_ms(), status=status, success=success)
         if self.claim is None:
             return metering.complete(**settle)
         with transaction.atomic():
@@ -181,14 +213,16 @@ class Meter:
         if self.line is not None:
             self.line.status = status  # a stream already answered 200: its summary says how it ended
         usage = None
+        deployment = self.deployment.pk if self.deployment else None
         if self.sent:
             usage = dict(model_id=self.model.pk, operation=self.operation, status=status, success=False,
                          input_tokens=0, output_tokens=0, credits_charged=0, latency_ms=self.latency_ms(),
-                         provider=self.provider)
+                         provider=self.provider, deployment_id=deployment)
         latency_ms = self.latency_ms()
 
         def refund() -> None:
-            balance = metering.refund(entry=self.entry, usage=usage, latency_ms=latency_ms, provider=self.provider)
+            balance = metering.refund(entry=self.entry, usage=usage, latency_ms=latency_ms, provider=self.provider,
+                                      deployment=deployment)
             if balance is not None:
                 self.key.credits = balance
 
@@ -200,7 +234,7 @@ class Meter:
 
 def failure_kind(error: Exception) -> str:
     """The upstream-errors metric's kind of a failure: a fixed word, never the upstream's own code."""
-    if isinstance(error, UpstreamRejected):
+    if isinstance(error, (UpstreamRejected, UnsupportedParameter)):
         return "rejected"
     if isinstance(error, UpstreamTimeout):
         return "timeout"
@@ -235,8 +269,7 @@ def previous_answer(*, request, key: ApiKey) -> Outcome | None:
 
 def admit(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1) -> Meter:
     """Resolve the model, check the tier, take the credits: in the contract's order."""
-    snapshot = catalog.snapshot()
-    model = snapshot.models.get(model_id)
+    model = catalog.get_model(model_id)
     if model is None:
         raise NotFound(f"The model '{model_id}' does not exist or is not available.", code="model_not_found",
                        param="model")
@@ -254,9 +287,11 @@ def admit(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1
                             request_id=request_id(request), idempotency=claim)
     release_connection(connection)  # the upstream call needs no database
     state = getattr(request, "limit_state", None)
+    # The pool's health as the request's limits round trip read it (gateway.views), when it did.
+    health = getattr(request, "routing_health", None)
     return Meter(key=key, model=model, operation=operation, entry=entry,
-                 limit_headers=state.headers() if state else {}, chain=snapshot.providers_for(model), claim=claim,
-                 amount=amount)
+                 limit_headers=state.headers() if state else {}, attempts=routing.Attempts(model, health),
+                 claim=claim, amount=amount)
 
 
 @contextmanager
@@ -274,14 +309,20 @@ def metered(*, request, key: ApiKey, operation: str, model_id: str, units: int =
         raise
 
 
-def _forwarded(params: dict, sent: set, *, model: AiModel) -> dict:
-    """The upstream request: the members the client named, under the upstream's model name."""
-    return {**{name: params[name] for name in sent if name in params}, "model": model.upstream_name}
+def _forwarded(params: dict, sent: set) -> dict:
+    """The upstream request: the members the client named (each adapter sends it under its deployment's name)."""
+    return {name: params[name] for name in sent if name in params}
 
 
 def _token_count(usage: dict, name: str, estimate: Callable[[], int]) -> int:
     value = usage.get(name) if isinstance(usage, dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else estimate()
+
+
+def cached_tokens(usage: dict) -> int:
+    """The cached part of the prompt in OpenAI's usage (``prompt_tokens_details.cached_tokens``); 0 when absent."""
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    return _token_count(details, "cached_tokens", lambda: 0) if isinstance(details, dict) else 0
 
 
 # ---------------------------------------------------------------- chat
@@ -290,13 +331,13 @@ def chat_completion(*, request, key: ApiKey, params: dict) -> Outcome:
     """POST /v1/chat/completions: a completion, or an event stream when ``stream`` is true."""
     with metered(request=request, key=key, operation="chat", model_id=params["model"],
                  units=params.get("n") or 1) as meter:
-        payload = {**params, "model": meter.model.upstream_name}
+        payload = dict(params)
         if params.get("stream"):
             client_wants_usage = bool((params.get("stream_options") or {}).get("include_usage"))
             # Always ask for the usage chunk: the tokens of a stream are recorded either way.
             payload["stream_options"] = {**(params.get("stream_options") or {}), "include_usage": True}
-            upstream = meter.call(lambda client: client.chat_stream(payload))
-            relay = ChatRelay(meter=meter, upstream=upstream, include_usage=client_wants_usage,
+            chunks = meter.call(lambda client: client.chat_stream(payload))
+            relay = ChatRelay(meter=meter, upstream=chunks, include_usage=client_wants_usage,
                               messages=params["messages"])
             return Outcome(headers=meter.headers(), stream=relay)
         completion = meter.call(lambda client: client.chat(payload))
@@ -308,8 +349,20 @@ def chat_completion(*, request, key: ApiKey, params: dict) -> Outcome:
         meter.succeed(input_tokens=_token_count(usage, "prompt_tokens",
                                                 lambda: count_tokens(prompt_text(params["messages"]))),
                       output_tokens=_token_count(usage, "completion_tokens", lambda: count_tokens(reply)),
-                      answer=outcome)
+                      cached_tokens=cached_tokens(usage), answer=outcome)
     return outcome
+
+
+# The usage status of a stream the client left after output reached it (nginx's "client closed request").
+CLIENT_CLOSED = 499
+
+
+class ClientClosed(GatewayError):
+    """The client went away before anything was sent to it: nothing delivered, nothing charged."""
+
+    status = CLIENT_CLOSED
+    type = "invalid_request_error"
+    code = "client_closed_request"
 
 
 def _event(payload) -> bytes:
@@ -330,7 +383,7 @@ class ChatRelay:
     retry is answered with the very same stream.
     """
 
-    def __init__(self, *, meter: Meter, upstream: providers.ChunkStream, include_usage: bool, messages: list):
+    def __init__(self, *, meter: Meter, upstream: ChunkStream, include_usage: bool, messages: list):
         self._meter = meter
         self._upstream = upstream
         self._include_usage = include_usage
@@ -338,6 +391,7 @@ class ChatRelay:
         self._usage: dict = {}
         self._text: list[str] = []
         self._sent: list[bytes] | None = [] if meter.claim else None
+        self._delivered = False  # whether an event was handed to the server for the client
         self._events = self._counted(self._relay())
 
     def __iter__(self) -> Iterator[bytes]:
@@ -368,14 +422,19 @@ class ChatRelay:
                         continue  # the usage-only chunk the gateway asked for on its own account
                     chunk.pop("usage", None)
                 chunk["model"] = model_id
+                self._delivered = True
                 yield self._keep(_event(chunk))
         except Exception as exc:  # the client already has a 200: the error can only be an event now
             error = as_gateway_error(exc)
             metrics.upstream_failed(provider=self._meter.provider, kind=failure_kind(exc))
+            if self._meter.deployment is not None:
+                routing.failed(self._meter.deployment, exc)  # after the commit point it still counts against it
             self._upstream.close()
-            self._meter.fail(error)
-            yield _event(error.body())
-            yield DONE
+            # The stream passed its commit point before the gateway answered (upstream.ChunkStream),
+            # so the client has output: the charge stands, and the usage row says how it ended.
+            ending = [self._keep(_event(error.body())), self._keep(DONE)]
+            self._settle(status=error.status, complete=False)
+            yield from ending
             return
         self._keep(DONE)
         self._settle()
@@ -386,12 +445,15 @@ class ChatRelay:
             self._sent.append(event)
         return event
 
-    def _settle(self) -> None:
+    def _settle(self, *, status: int = 200, complete: bool = True) -> None:
+        """Charge the stream: ``complete`` when the upstream finished it, else ``status`` says how it ended."""
         reply = "".join(self._text)
         self._meter.succeed(
             input_tokens=_token_count(self._usage, "prompt_tokens", lambda: count_tokens(prompt_text(self._messages))),
             output_tokens=_token_count(self._usage, "completion_tokens", lambda: count_tokens(reply)),
-            answer=b"".join(self._sent) if self._sent and self._sent[-1] == DONE else None)
+            cached_tokens=cached_tokens(self._usage),
+            answer=b"".join(self._sent) if self._sent and self._sent[-1] == DONE else None,
+            status=status, upstream_success=complete)
 
     def close(self) -> None:
         try:
@@ -399,9 +461,12 @@ class ChatRelay:
         finally:
             self._upstream.close()
             if not self._meter.settled:
-                # The client left before the end. The upstream did the work up to here, so
-                # the charge stands and the tokens relayed so far are recorded.
-                self._settle()
+                if self._delivered:
+                    # The client left after output reached it. The upstream did the work up to here,
+                    # so the charge stands and the tokens relayed so far are recorded.
+                    self._settle(status=CLIENT_CLOSED)
+                else:
+                    self._meter.fail(ClientClosed("The client closed the connection before the stream began."))
 
 
 # ---------------------------------------------------------------- images
@@ -410,7 +475,7 @@ def generate_images(*, request, key: ApiKey, params: dict, sent: set) -> Outcome
     """POST /v1/images/generations: ``cost * n`` credits; URLs point at this service's media."""
     with metered(request=request, key=key, operation="image", model_id=params["model"],
                  units=params["n"]) as meter:
-        payload = _forwarded(params, sent, model=meter.model)
+        payload = _forwarded(params, sent)
         images = meter.call(lambda client: client.images(payload))
         data = []
         for image in images:
@@ -434,7 +499,7 @@ def generate_images(*, request, key: ApiKey, params: dict, sent: set) -> Outcome
 def synthesize_speech(*, request, key: ApiKey, params: dict, sent: set, raw: bool) -> Outcome:
     """POST /v1/audio/speech: the audio bytes when ``raw``, else JSON with the stored file's URL."""
     with metered(request=request, key=key, operation="speech", model_id=params["model"]) as meter:
-        payload = _forwarded(params, sent, model=meter.model)
+        payload = _forwarded(params, sent)
         audio = meter.call(lambda client: client.speech(payload))
         if raw:
             outcome = Outcome(headers=meter.headers(), content=audio.content, content_type=audio.content_type)
@@ -455,7 +520,7 @@ def create_embeddings(*, request, key: ApiKey, params: dict, sent: set) -> Outco
     """POST /v1/embeddings: OpenAI's list shape plus the SPEC's ``embedding`` and ``remaining_credits``."""
     texts = params["input"] if isinstance(params["input"], list) else [params["input"]]
     with metered(request=request, key=key, operation="embedding", model_id=params["model"]) as meter:
-        payload = _forwarded(params, sent, model=meter.model)
+        payload = _forwarded(params, sent)
         result = meter.call(lambda client: client.embeddings(payload))
         data = sorted(result.get("data") or [], key=lambda item: item.get("index", 0))
         if len(data) != len(texts):

@@ -2,6 +2,7 @@
 import secrets
 from pathlib import Path
 
+from corsheaders.defaults import default_headers as cors_default_headers
 from django.core.exceptions import ImproperlyConfigured
 
 from utils_app.env import (
@@ -45,6 +46,9 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
+    # Before django.contrib.auth: its createsuperuser holds the staff password policy on every path
+    # (keys/management/commands/createsuperuser.py), and of two commands of one name the earlier app's wins.
+    "keys",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -56,13 +60,13 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_ratelimit",
-    # Staff sign-in: failed-login lockout and two-factor devices (keys/staff_security.py, keys/two_factor.py).
-    "axes",
+    # Staff sign-in: failed-login lockout and two-factor devices (keys/staff_security.py, keys/two_factor.py),
+    # under headings of our own in the staff UI (keys/apps.py).
+    "keys.apps.StaffLockoutsConfig",
     "django_otp",
-    "django_otp.plugins.otp_totp",
-    "django_otp.plugins.otp_static",
+    "keys.apps.StaffAuthenticatorAppsConfig",
+    "keys.apps.StaffRecoveryCodesConfig",
     "utils_app",
-    "keys",
     "models_catalog",
     "community",
     "gateway",
@@ -144,6 +148,9 @@ MEDIA_ROOT = DATA_DIR / "media"
 # Requests larger than this get 413 request_too_large before the body is read.
 MAX_REQUEST_BYTES = env_int("MAX_REQUEST_BYTES", 20 * 1024 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES
+# The whole request body must arrive within this long (408 otherwise): a client that sends less
+# than it announced cannot hold a worker's connection (utils_app.middleware.BodySizeLimitMiddleware).
+BODY_READ_SECONDS = env_float("BODY_READ_SECONDS", 30.0, minimum=1.0)
 
 PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL").rstrip("/")
 DISCORD_API_BASE = env_url("DISCORD_API_BASE", "https://discord.com/api/v10")
@@ -189,6 +196,9 @@ SPECTACULAR_SETTINGS = {
 CORS_ALLOW_ALL_ORIGINS = env_str("CORS_ALLOWED_ORIGINS", "*") == "*"
 CORS_ALLOWED_ORIGINS = [] if CORS_ALLOW_ALL_ORIGINS else env_list("CORS_ALLOWED_ORIGINS", "")
 CORS_URLS_REGEX = r"^/(v1|utils)/.*$"
+# Preflights allow the headers clients send: the library's defaults (authorization, content-type…),
+# the gateway's own, and those of Anthropic's API.
+CORS_ALLOW_HEADERS = (*cors_default_headers, "idempotency-key", "x-request-id", "x-api-key", "anthropic-version")
 CORS_EXPOSE_HEADERS = [
     "X-Remaining-Credits",
     "X-RateLimit-Limit-Requests",
@@ -210,12 +220,14 @@ SILENCED_SYSTEM_CHECKS = ["django_ratelimit.W001"] + ([] if SHARED_CACHE else ["
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "utils_app.logging.RequestIdFilter"}},
+    "filters": {"request_id": {"()": "utils_app.logging.RequestIdFilter"},
+                "summarised": {"()": "utils_app.logging.SummarisedResponses"}},
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
                    "json": {"()": "utils_app.logging.JsonFormatter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["request_id"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO").upper()},
-    "loggers": {"django.request": {"level": "ERROR"}},
+    # Django's own line for an error answer repeats the request's summary line, without its reason.
+    "loggers": {"django.request": {"level": "ERROR", "filters": ["summarised"]}},
 }
 
 if not DEBUG:
@@ -225,9 +237,13 @@ if not DEBUG:
 
 # ---- Staff accounts and deployment security
 # Decisions and the production set of variables: docs/staff-security.md.
-# Sign-in lockout (django-axes): after STAFF_LOGIN_FAILURE_LIMIT failures for one username or
-# from one client address, every sign-in for it is refused for STAFF_LOGIN_COOLOFF_MINUTES.
+# Sign-in lockout (django-axes): after STAFF_LOGIN_FAILURE_LIMIT failures of one username from one
+# client address, that pair is refused for STAFF_LOGIN_COOLOFF_MINUTES; after
+# STAFF_LOGIN_ADDRESS_FAILURE_LIMIT failures from one address over all usernames, the address is.
+# Never the username everywhere: a stranger could then lock a staff member out from afar.
 STAFF_LOGIN_FAILURE_LIMIT = env_int("STAFF_LOGIN_FAILURE_LIMIT", 5, minimum=1, maximum=1000)
+STAFF_LOGIN_ADDRESS_FAILURE_LIMIT = env_int("STAFF_LOGIN_ADDRESS_FAILURE_LIMIT", 2 * STAFF_LOGIN_FAILURE_LIMIT,
+                                            minimum=1, maximum=10000)
 STAFF_LOGIN_COOLOFF_MINUTES = env_int("STAFF_LOGIN_COOLOFF_MINUTES", 15, minimum=1, maximum=7 * 24 * 60)
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out sign-in before any password check
@@ -235,7 +251,10 @@ AUTHENTICATION_BACKENDS = [
 ]
 AXES_FAILURE_LIMIT = STAFF_LOGIN_FAILURE_LIMIT
 AXES_COOLOFF_TIME = STAFF_LOGIN_COOLOFF_MINUTES / 60  # hours
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one reaching the limit locks
+# What axes counts against AXES_FAILURE_LIMIT and clears on success: the pair. The address's own
+# limit is added by the handler (keys.staff_security.StaffLockoutHandler).
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_HANDLER = "keys.staff_security.StaffLockoutHandler"
 # A lockout ends one cool-off after it began: attempts during it are refused but not counted,
 # so a guesser cannot keep a staff member out for longer by going on.
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
@@ -274,6 +293,8 @@ from utils_app.env import env_names, env_networks, upstream_pool_size  # noqa: E
 
 # Proxies whose X-Forwarded-For is believed: the client is the right-most entry that is not one of them.
 TRUSTED_PROXIES = env_networks("TRUSTED_PROXIES")
+# Unknown API keys from one client address in a minute before it gets 429 without a key lookup.
+AUTH_FAILURES_PER_MINUTE = env_int("AUTH_FAILURES_PER_MINUTE", 30, minimum=1)
 MAX_CHAT_N = env_int("MAX_CHAT_N", 8, minimum=1, maximum=128)
 MAX_CHAT_MESSAGES = env_int("MAX_CHAT_MESSAGES", 2048, minimum=1)
 MAX_EMBEDDING_INPUTS = env_int("MAX_EMBEDDING_INPUTS", 2048, minimum=1, maximum=2048)
@@ -285,6 +306,10 @@ UPSTREAM_MAX_BYTES = env_int("UPSTREAM_MAX_BYTES", 32 * 1024 * 1024, minimum=64 
 STREAM_MAX_SECONDS = env_float("STREAM_MAX_SECONDS", 600.0, minimum=1.0)
 # Keep-alive connections kept to each provider host: as many as a worker serves at once.
 UPSTREAM_POOL_SIZE = upstream_pool_size()
+# Upstream pools (docs/routing.md): the most attempts one request makes across its model's deployments,
+# and how often one instance of the fleet probes disabled deployments to re-enable those that work again.
+MAX_UPSTREAM_ATTEMPTS = env_int("MAX_UPSTREAM_ATTEMPTS", 3, minimum=1, maximum=20)
+PROBE_SECONDS = env_int("PROBE_SECONDS", 300, minimum=0)
 # Environment variables a provider may name as its secret, besides any GATEWAY_UPSTREAM_* name.
 UPSTREAM_SECRET_ENV_ALLOW = env_names("UPSTREAM_SECRET_ENV_ALLOW", "OPENAI_API_KEY")
 
@@ -303,4 +328,4 @@ LOG_FORMAT = env_str("LOG_FORMAT", "plain").lower()
 if LOG_FORMAT not in LOGGING["formatters"]:
     raise ImproperlyConfigured(f"LOG_FORMAT must be plain or json, got {LOG_FORMAT!r}")
 LOGGING["handlers"]["console"]["formatter"] = LOG_FORMAT
-CORS_EXPOSE_HEADERS += ["X-Request-ID"]
+CORS_EXPOSE_HEADERS += ["X-Request-ID", "X-Client-Request-ID"]

@@ -4,7 +4,6 @@ It lives on the top floor because it reads two apps below it (the catalog's snap
 key tiers); utils_app, the ground floor, may import neither.
 """
 from django.conf import settings
-from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.renderers import TemplateHTMLRenderer
@@ -14,6 +13,7 @@ from keys.models import TIERS
 from models_catalog.catalog import snapshot
 from models_catalog.models import MODEL_TYPES
 from utils_app.limits import PublicAPIView
+from utils_app.views import HtmlPage
 
 
 def public_base_url(request) -> str:
@@ -24,21 +24,24 @@ def landing_context(request) -> dict:
     """The catalog as the landing page shows it, read from the in-memory snapshot (no query when warm)."""
     models = sorted(snapshot().models.values(),
                     key=lambda model: (MODEL_TYPES.index(model.type), model.cost, model.model_id))
+    configured = {model.model_id: model.is_configured(model.pool) for model in models}
     chat_models = [model for model in models if model.type == "chat"]
-    # The example names a model a new (free) key may call, so it works when pasted.
-    example = next((model for model in chat_models if model.allows_tier("free")),
-                   chat_models[0] if chat_models else None)
+    # The examples name a model that works on this server and that a new (free) key may call, so they
+    # work when pasted; failing that, the nearest to it (the first chat model of the sorted list).
+    example = min(chat_models, default=None,
+                  key=lambda model: (not configured[model.model_id], not model.allows_tier("free")))
     return {
         "base_url": public_base_url(request),
         "tiers": TIERS,
         "models": [{"id": model.model_id, "type": model.type, "owned_by": model.owned_by, "cost": model.cost,
-                    "per_image": model.type == "image",
+                    "per_image": model.type == "image", "configured": configured[model.model_id],
                     "access": [model.allows_tier(tier) for tier in TIERS]} for model in models],
+        "some_unconfigured": not all(configured.values()),
         "example_model": example.model_id if example else "MODEL_ID",
     }
 
 
-class LandingView(PublicAPIView):
+class LandingView(HtmlPage, PublicAPIView):
     renderer_classes = [TemplateHTMLRenderer]
 
     @extend_schema(operation_id="landing", tags=["service"], summary="Landing page (HTML)",
@@ -46,8 +49,3 @@ class LandingView(PublicAPIView):
                    responses={(200, "text/html"): OpenApiResponse(OpenApiTypes.STR, description="An HTML page.")})
     def get(self, request):
         return Response(landing_context(request), template_name="landing.html")
-
-    def options(self, request, *args, **kwargs):
-        # DRF answers OPTIONS with its metadata as a Response, which this HTML-only view has no
-        # template for (a 500). The Allow header DRF adds is the whole answer.
-        return HttpResponse()

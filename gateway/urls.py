@@ -2,16 +2,25 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from gateway.deployment_views import DeploymentListView, DisableDeploymentView, EnableDeploymentView
 from gateway.metrics import metrics_view
 from gateway.site import LandingView
 
 urlpatterns = [
+    # The metered operations first: resolving the request path's own URLs tries no other app's patterns.
+    path("", include("gateway.operation_urls")),
     # Before the staff admin site: its catch-all would otherwise swallow /admin/update-key and friends.
     path("", include("keys.urls")),
+    # Upstream pools: the admin API, and the staff page, which reads the routing's health and so lives up here
+    # (gateway/deployment_views.py, gateway/deployment_pages.py). The id is any text so that a malformed one
+    # is a 404 deployment_not_found, not the staff site's login page.
+    path("admin/deployments", DeploymentListView.as_view(), name="admin-deployments"),
+    path("admin/deployments/<str:id>/disable", DisableDeploymentView.as_view(), name="admin-disable-deployment"),
+    path("admin/deployments/<str:id>/enable", EnableDeploymentView.as_view(), name="admin-enable-deployment"),
+    path("admin/models_catalog/deployment/", include("gateway.deployment_pages")),
     # The staff login, password change and two-factor pages (keys/staff_urls.py) take precedence over the admin's.
     path("admin/", include("keys.staff_urls")),
     path("admin/", admin.site.urls),
-    path("", include("gateway.operation_urls")),
     path("", include("models_catalog.urls")),
     path("", include("community.urls")),
     # The landing page reads the catalog and the key tiers, so it lives up here (gateway/site.py).

@@ -11,11 +11,12 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from gateway import media, serializers, services
+from gateway import media, routing, serializers, services
 from keys.auth import BearerKeyAuthentication, HasApiKey
 from keys.limits import KeyRequestLimits
 from keys.models import ApiKey
-from utils_app.errors import MethodNotAllowed, NotFound, json_error, parse_json_object
+from models_catalog import catalog
+from utils_app.errors import GatewayError, MethodNotAllowed, NotFound, json_error, parse_json_object
 from utils_app.schema import error_responses
 from utils_app.serializers import StrictSerializer
 
@@ -85,8 +86,28 @@ class MeteredView(APIView):
     content_negotiation_class = JsonNegotiation
     request_serializer: type[StrictSerializer]
 
+    def shared_reads(self, request) -> list:
+        """What the limits' round trip also asks the shared cache: the health of the requested model's
+        deployments (gateway.routing). The body is parsed here for its model; a body that does not
+        parse is refused after the request was counted, as the contract orders it."""
+        try:
+            request.parsed_body = parse_json_object(request.body)
+        except GatewayError as exc:
+            request.parsed_body = exc
+        model_id = request.parsed_body.get("model") if isinstance(request.parsed_body, dict) else None
+        request.health_read = routing.HealthRead(catalog.get_model(model_id) if isinstance(model_id, str) else None)
+        return request.health_read.ops
+
     def post(self, request):
-        params, sent = self.request_serializer(data=parse_json_object(request.body)).validated()
+        body = getattr(request, "parsed_body", None)
+        if body is None:
+            body = parse_json_object(request.body)
+        if isinstance(body, Exception):
+            raise body
+        params, sent = self.request_serializer(data=body).validated()
+        health_read = getattr(request, "health_read", None)
+        if health_read is not None:
+            request.routing_health = health_read.health(getattr(request, "shared_answers", None))
         replay = services.previous_answer(request=request, key=request.user)
         return respond(replay or self.operate(request, params, sent))
 

@@ -1,7 +1,67 @@
+"""The WSGI application (``gunicorn gateway.wsgi``), loaded once by each worker process.
+
+A bad setting (a variable that is not a number, a malformed URL…) stops the worker with one
+line naming the variable instead of a traceback; under gunicorn as an application that failed
+to load, which stops the server, where any other failure would have it fork new workers that
+fail the same way. Once loaded and its database pool open, a gunicorn worker says which
+providers it cannot call (gateway.gunicorn_conf.post_worker_init): not at import, which would
+take a database connection before the pool is sized, and not in management commands.
+"""
+import logging
 import os
 
-from django.core.wsgi import get_wsgi_application
+from django.core.exceptions import ImproperlyConfigured
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway.settings")
 
+log = logging.getLogger("gateway.catalog")
+
+
+def _stop(message: str) -> Exception:
+    try:
+        from gunicorn.errors import AppImportError
+    except ImportError:  # another WSGI server
+        return SystemExit(message)
+    return AppImportError(message)  # gunicorn prints it alone and stops: "App failed to load"
+
+
+try:
+    from django.conf import settings
+
+    settings.INSTALLED_APPS  # reads and checks every variable (gateway/settings.py)
+except ImproperlyConfigured as exc:
+    raise _stop(str(exc)) from None
+
+from django.core.wsgi import get_wsgi_application  # noqa: E402
+
 application = get_wsgi_application()
+
+
+def warn_unconfigured_providers() -> None:
+    """One warning for each provider with a secret this process does not hold that a deployment of an
+    enabled model needs: the operator learns it at start, not from a client's 502."""
+    from django.db import DatabaseError, connection
+
+    from models_catalog.catalog import secret_env_allowed, snapshot
+    from utils_app.db import release_connection, unavailable_cause
+
+    try:
+        catalog = snapshot()
+    except DatabaseError as exc:  # a report at start must never stop the worker (the database may be starting)
+        log.warning("could not check the providers' secrets at start: %s", unavailable_cause(exc))
+        return
+    finally:
+        release_connection(connection)  # back to the pool: requests take their own
+    for provider in catalog.providers.values():
+        missing = [variable for variable in provider.secret_envs() if not provider.secret_configured(variable)]
+        served = sorted({model.model_id for model in catalog.models.values() for deployment in model.pool
+                         if deployment.provider is provider and deployment.secret_env in missing})
+        if not served:
+            continue
+        why = ", ".join(f"{variable} is not set" if secret_env_allowed(variable)
+                        else f"{variable} may not hold an upstream secret (UPSTREAM_SECRET_ENV_ALLOW)"
+                        for variable in missing)
+        log.warning("provider %s is not configured: %s, so its deployments of %d model(s) cannot be called (%s); "
+                    "a model with no other deployment answers 502 upstream_unavailable", provider.name, why,
+                    len(served), ", ".join(served))
+

@@ -5,6 +5,7 @@ from rest_framework.permissions import BasePermission
 from keys import auth_cache
 from keys.limits import KeyRequestLimits
 from keys.models import SECRET_PREFIX, ApiKey, digest_secret
+from utils_app import limits
 from utils_app.errors import AuthenticationError
 
 
@@ -29,6 +30,11 @@ class BearerKeyAuthentication(BaseAuthentication):
     A view that needs the row as it is now sets ``fresh_key_lookup = True``: the admin API
     (a revoked admin key is refused at once, not after the cache's second) and a key's own
     statistics (its balance to the credit).
+
+    An unknown key costs a lookup, so unknown keys are counted per client address
+    (utils_app.limits): past AUTH_FAILURES_PER_MINUTE the address gets 429 for the rest of
+    its minute, without a lookup, for every key this process does not hold. A key it holds
+    keeps working, and a known key costs nothing more: only failures are counted.
     """
 
     def authenticate(self, request):
@@ -38,6 +44,8 @@ class BearerKeyAuthentication(BaseAuthentication):
         if not secret.startswith(SECRET_PREFIX) or len(secret) > 200:
             raise AuthenticationError("Invalid API key.", code="invalid_api_key")
         digest = digest_secret(secret)
+        if limits.guessing_addresses() and not auth_cache.is_cached(digest):
+            limits.refuse_known_guesser(request)
         view = request.parser_context.get("view")
         if getattr(view, "fresh_key_lookup", False):
             key = ApiKey.objects.filter(digest=digest).first()
@@ -47,6 +55,7 @@ class BearerKeyAuthentication(BaseAuthentication):
         else:
             key = auth_cache.key_with_digest(digest)
         if key is None:
+            limits.count_failed_authentication(request)
             raise AuthenticationError("Invalid API key.", code="invalid_api_key")
         if not key.is_active:
             raise AuthenticationError("This API key has been revoked.", code="invalid_api_key")

@@ -161,6 +161,11 @@ def _move_version() -> None:
                   "KEY_CACHE_MAX_SECONDS (%ss)", type(exc).__name__, settings.KEY_CACHE_MAX_SECONDS)
 
 
+def is_cached(digest: str) -> bool:
+    """Whether this process holds the row of the key with this digest (however old)."""
+    return digest in _entries
+
+
 def forget(digest: str) -> None:
     """Drop a key from this process's cache, so its next request reads the row again."""
     _entries.pop(digest, None)

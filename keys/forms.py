@@ -5,6 +5,8 @@ keys.services (issue_key, update_key, set_active). A form's fields are the model
 under the model's names, so what it hands to keys.services needs no translation, and a
 KeyRuleError goes onto the field it names.
 """
+import copy
+
 from django import forms
 from django.db import transaction
 from django.forms.models import construct_instance
@@ -64,6 +66,11 @@ class KeyForm(forms.ModelForm):
             self.add_error(broken.field if broken.field in self.fields else None, broken.message)
 
 
+# The credits an unedited issue form gives a key: enough to try every model, as the demo key of `make
+# run` has. The model's default of 0 suits a key made in code, not a form whose key should work at once.
+ISSUE_FORM_CREDITS = 1000
+
+
 class IssueKeyForm(KeyForm):
     """Everything `manage.py issue_key` takes, as a form."""
 
@@ -84,6 +91,7 @@ class IssueKeyForm(KeyForm):
         # Left empty, both take their defaults (ApiKey.new).
         self.fields["max_credits"].required = self.fields["max_concurrent"].required = False
         self.fields["max_credits"].initial = None
+        self.fields["credits"].initial = ISSUE_FORM_CREDITS
 
     def check_rules(self):
         self.instance = ApiKey.new(**self.cleaned_data)
@@ -111,10 +119,10 @@ class ApiKeyChangeForm(KeyForm):
 
 
     def check_rules(self):
-        # The merge update_key makes: the stored row with the changed fields on top. The
-        # instance is not saved from this form (update_key writes the row).
-        construct_instance(self, self.instance, fields=self.changed_data)
-        self.instance.check_rules()
+        # The merge update_key makes: the stored row with the changed fields on top. Checked on a
+        # copy: the instance is the key the page shows beside the form (its title, the ledger's
+        # balance), which must stay the stored row when the save is refused; update_key writes it.
+        construct_instance(self, copy.copy(self.instance), fields=self.changed_data).check_rules()
 
 
 # ------------------------------------------------------------------ bulk actions on the key list

@@ -37,34 +37,40 @@ class LimitState:
         }
 
 
-def enforce(key: ApiKey) -> LimitState:
-    """Count the request in the key's minute and hour windows; 429 when either is exceeded."""
+def enforce(key: ApiKey, *, also: list = ()) -> tuple[LimitState, list | None]:
+    """Count the request in the key's minute and hour windows; 429 when either is exceeded.
+
+    ``also`` (utils_app.shared ops) ride in the same round trip; their answers come back
+    beside the state, None when the shared cache could not be reached.
+    """
     asked_at = time.monotonic()
     answer = windows.count_and_read(f"key:{key.pk}", tuple(PERIODS.values()), read=auth_cache.VERSION,
-                                    default=auth_cache.new_version())
-    counted, version = answer if answer is not None else (None, None)
+                                    default=auth_cache.new_version(), also=also)
     # A cached row no longer current is read again here, before anything is judged on it.
-    if not auth_cache.current(key, version, asked_at=asked_at) and not key.is_active:
+    if not auth_cache.current(key, answer.value if answer else None, asked_at=asked_at) and not key.is_active:
         raise AuthenticationError("This API key has been revoked.", code="invalid_api_key")
-    if counted is None:  # the shared cache is down: fail open, credits stay exact in the database
-        return LimitState(limit=key.rpm, remaining=key.rpm, reset_seconds=60)
-    minute, hour = counted
+    if answer is None:  # the shared cache is down: fail open, credits stay exact in the database
+        return LimitState(limit=key.rpm, remaining=key.rpm, reset_seconds=60), None
+    minute, hour = answer.windows
     state = LimitState(limit=key.rpm, remaining=max(0, key.rpm - minute.count), reset_seconds=minute.reset_seconds)
-    for name, window in zip(PERIODS, counted):
+    for name, window in zip(PERIODS, answer.windows):
         limit = getattr(key, name)
         if window.count > limit:
             metrics.limit_rejected(name)
             raise RateLimited(
                 f"Rate limit reached: {limit} requests per {'minute' if name == 'rpm' else 'hour'}.",
                 param=name, retry_after=window.reset_seconds, headers=state.headers())
-    return state
+    return state, answer.also
 
 
 class KeyRequestLimits(BaseThrottle):
     """DRF runs throttles right after authentication: the place the contract counts a request.
-    The state is kept on the request for the response headers."""
+    The state is kept on the request for the response headers; a view with more to ask of the
+    shared cache in the same round trip names it in ``shared_reads(request)`` and finds the
+    answers in ``request.shared_answers``."""
 
     def allow_request(self, request, view):
         request.limit_state = None
-        request.limit_state = enforce(request.user)
+        also = view.shared_reads(request) if hasattr(view, "shared_reads") else []
+        request.limit_state, request.shared_answers = enforce(request.user, also=also)
         return True

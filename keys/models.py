@@ -241,6 +241,8 @@ class LedgerEntry(models.Model):
     # The public model id as text: the ledger must outlive edits of the catalog.
     model = models.CharField(max_length=120, blank=True)
     provider = models.CharField(max_length=64, blank=True)
+    # The catalog deployment that answered (or failed last): an id, not a key, for the same reason.
+    deployment_id = models.PositiveIntegerField(null=True, blank=True)
     # Indexed only where set (ledger_refund_charge): a charge row, the one written per request, has none.
     charge = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="refunds",
                                db_index=False, help_text="For a refund: the charge it gives back.")

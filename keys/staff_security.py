@@ -1,19 +1,26 @@
 """The staff sign-in: lockout after repeated failures, the second factor, and lifting a lockout.
 
-django-axes counts failed sign-ins per username and per client address
-(AXES_LOCKOUT_PARAMETERS) and, once either reaches STAFF_LOGIN_FAILURE_LIMIT, its
-authentication backend refuses every password for that username or from that
-address for STAFF_LOGIN_COOLOFF_MINUTES, the right one included. This module
-shows that lockout on the login page itself, counts wrong second-factor codes and
-wrong current passwords on the password-change form as failures too, writes one
-audit entry per lockout, and is what ``manage.py unlock_staff`` calls.
+django-axes records failed sign-ins per username and client address, and its
+authentication backend refuses every password, the right one included, for
+STAFF_LOGIN_COOLOFF_MINUTES once a lockout began. Two limits start one
+(StaffLockoutHandler): STAFF_LOGIN_FAILURE_LIMIT failures of one username from one
+address lock that pair, and STAFF_LOGIN_ADDRESS_FAILURE_LIMIT failures from one address,
+whatever the usernames, lock the address. A stranger elsewhere therefore cannot lock a
+staff member out of their own address. This module shows the lockout on the login page
+itself, counts wrong second-factor codes and wrong current passwords on the
+password-change form as failures too, writes one audit entry per lockout of a real
+account or of an address, and is what ``manage.py unlock_staff`` calls.
 
 The login and password-change views replace the admin site's own at the same
 addresses (keys/staff_urls.py, listed before the admin in gateway/urls.py).
 """
 import ipaddress
+from typing import NamedTuple
 
+from axes.attempts import get_cool_off_threshold
+from axes.handlers.database import AxesDatabaseHandler
 from axes.handlers.proxy import AxesProxyHandler
+from axes.helpers import get_client_username
 from axes.models import AccessAttempt
 from axes.signals import user_locked_out
 from axes.utils import reset
@@ -21,12 +28,13 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.admin.forms import AdminAuthenticationForm, AdminPasswordChangeForm
-from django.contrib.auth import REDIRECT_FIELD_NAME
+from django.contrib.auth import REDIRECT_FIELD_NAME, get_user_model
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.signals import user_login_failed
 from django.contrib.auth.views import LoginView, PasswordChangeView
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.core.validators import MaxLengthValidator
+from django.db.models import Q, Sum
 from django.dispatch import receiver
 from django.http import HttpResponseRedirect
 from django.urls import reverse, reverse_lazy
@@ -41,8 +49,38 @@ LOCKED_OUT = "locked_out"
 
 def lockout_message() -> str:
     return (f"Sign-in is locked for {settings.STAFF_LOGIN_COOLOFF_MINUTES} minutes after "
-            f"{settings.STAFF_LOGIN_FAILURE_LIMIT} failed attempts for this account or from this address. "
+            f"{settings.STAFF_LOGIN_FAILURE_LIMIT} failed attempts for this account from this address, "
+            f"or {settings.STAFF_LOGIN_ADDRESS_FAILURE_LIMIT} for any accounts from this address. "
             "Wait, or ask an administrator to lift the lockout (manage.py unlock_staff).")
+
+
+class Failures(NamedTuple):
+    """Recent failures (within the cool-off) of one username from one address, and of the address."""
+
+    pair: int
+    address: int
+
+
+class StaffLockoutHandler(AxesDatabaseHandler):
+    """axes' database handler with the two limits of the staff sign-in (AXES_HANDLER).
+
+    axes compares one count with one limit (AXES_FAILURE_LIMIT, the pair's). The count
+    given to it is the pair's failures, or, once the address's failures over every
+    username reached STAFF_LOGIN_ADDRESS_FAILURE_LIMIT, at least the pair's limit, so that
+    the address is refused for every username. Each count is over the records of the
+    cool-off, as axes keeps them (one row per username, address and user agent), in one query.
+    """
+
+    def get_failures(self, request, credentials: dict | None = None) -> int:
+        username = get_client_username(request, credentials)
+        recent = AccessAttempt.objects.filter(ip_address=request.axes_ip_address,
+                                              attempt_time__gte=get_cool_off_threshold(request))
+        totals = recent.aggregate(pair=Sum("failures_since_start", filter=Q(username=username)),
+                                  address=Sum("failures_since_start"))
+        failures = request.staff_failures = Failures(totals["pair"] or 0, totals["address"] or 0)
+        if failures.address >= settings.STAFF_LOGIN_ADDRESS_FAILURE_LIMIT:
+            return max(failures.pair, settings.AXES_FAILURE_LIMIT)
+        return failures.pair
 
 
 def client_address(request) -> str | None:
@@ -74,12 +112,26 @@ def record_failure(request, username: str) -> None:
 def audit_lockout(sender, request, username, ip_address, **kwargs):
     # axes repeats the signal for every attempt refused during a lockout; only the
     # failure that started it carries a count, so each lockout is written once.
-    failures = getattr(request, "axes_failures_since_start", None)
-    if failures is None:
+    failures = getattr(request, "staff_failures", None)
+    if getattr(request, "axes_failures_since_start", None) is None or failures is None:
+        return
+    if failures.address >= settings.STAFF_LOGIN_ADDRESS_FAILURE_LIMIT:
+        scope = "address"
+    elif _is_account(username):
+        scope = "username and address"
+    else:
+        # A name no account has: its lockout protects nothing worth an entry, and a stranger
+        # inventing names gets at most one entry per address and cool-off (the address's).
         return
     audit(actor=f"staff login from {ip_address}", action="staff_lockout", key=None, before=None,
-          after={"username": username, "address": ip_address, "failures": failures,
-                 "cooloff_minutes": settings.STAFF_LOGIN_COOLOFF_MINUTES, "path": request.path})
+          after={"username": username, "address": ip_address, "locked": scope, "failures": failures.pair,
+                 "address_failures": failures.address, "cooloff_minutes": settings.STAFF_LOGIN_COOLOFF_MINUTES,
+                 "path": request.path})
+
+
+def _is_account(username: str | None) -> bool:
+    model = get_user_model()
+    return bool(username) and model.objects.filter(**{model.USERNAME_FIELD: username}).exists()
 
 
 def lift_lockout(*, username: str = "", address: str = "", actor: str) -> int:

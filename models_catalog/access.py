@@ -9,7 +9,7 @@ from utils_app.errors import InvalidRequest
 
 def access_matrix() -> list[tuple[AiModel, list[tuple[str, bool]]]]:
     """Every model (disabled ones too) with one (tier, allowed) pair per tier, in tier order."""
-    models = AiModel.objects.select_related("provider").order_by("type", "model_id")
+    models = AiModel.objects.order_by("type", "model_id")
     return [(model, [(tier, tier in model.tiers) for tier in TIERS]) for model in models]
 
 

@@ -1,8 +1,13 @@
-"""The model catalog: loading it from a TOML file, and the cached snapshot the request path reads.
+"""The model catalog: its one rule checker, loading it from a TOML file, and the cached snapshot the
+request path reads.
 
-The snapshot lives in process memory, so resolving a model costs no query and no
-cache round trip. A save in this process drops it at once (signals below); other
-processes pick a change up within CATALOG_CACHE_SECONDS.
+The rules of a provider and of a model's pool of deployments are checked here once,
+by ``check_provider`` and ``check_pool``, for the file loader, the staff forms and the
+admin API alike: each refusal is a CatalogError naming the entry and the field.
+
+The snapshot lives in process memory, so resolving a model and its pool costs no query
+and no cache round trip. A save in this process drops it at once (signals below);
+other processes pick a change up within CATALOG_CACHE_SECONDS.
 """
 import threading
 import time
@@ -15,7 +20,8 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 
 from keys.models import TIERS
-from models_catalog.models import MODEL_TYPES, PROVIDER_TYPES, AiModel, Provider
+from models_catalog.models import ROUTING_STRATEGIES, AiModel, Deployment, Provider
+from models_catalog.provider_types import MODEL_TYPES, TYPES
 from utils_app.env import ENV_NAME_RE
 
 DEFAULT_CATALOG = Path(__file__).resolve().parent / "default_catalog.toml"
@@ -48,22 +54,224 @@ def secret_env_problem(name: str) -> str | None:
 
 
 class CatalogError(ValueError):
-    """A catalog file that cannot be loaded; the message names the entry and field."""
+    """A catalog entry that breaks a rule; ``field`` names the field at fault (None: the entry as a whole)."""
+
+    def __init__(self, message: str, *, where: str = "", field: str | None = None):
+        self.where, self.field, self.reason = where, field, message
+        prefix = f"{where}: " if where else ""
+        # "field 'cost' must be int", but "field 'api_key_env': SECRET_KEY is not …" for a whole sentence.
+        named = (f"field '{field}'" + (": " if message[:1].isupper() else " ")) if field else ""
+        super().__init__(f"{prefix}{named}{message}")
+
+
+# ---------------------------------------------------------------- the rules
+
+PROVIDER_FIELDS = {"type", "base_url", "api_key_env", "api_key_envs", "timeout", "api_version", "max_tokens_default"}
+MODEL_FIELDS = {"id", "type", "owned_by", "cost", "access", "enabled", "routing", "allowed_fails", "cooldown_seconds",
+                "provider", "upstream_model", "fallbacks", "deployments"}
+DEPLOYMENT_FIELDS = {"provider", "upstream_model", "priority", "weight", "rpm"}
+DEPLOYMENT_DEFAULTS = {"upstream_model": "", "priority": 1, "weight": 1, "rpm": 0}
+
+
+def _value(entry: dict, name: str, kind, where: str, *, required: bool = True, default=None):
+    if name not in entry or entry[name] is None and not required:
+        if required:
+            raise CatalogError("is missing", where=where, field=name)
+        return default
+    value = entry[name]
+    if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+        expected = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise CatalogError(f"must be {expected}, got {value!r}", where=where, field=name)
+    return value
+
+
+# The columns' limits: a value past them would pass here and fail in the database.
+SMALL, LARGE = 32767, 2**31 - 1
+
+
+def _whole(entry: dict, name: str, where: str, *, default: int, minimum: int, maximum: int = LARGE) -> int:
+    value = _value(entry, name, int, where, required=False, default=default)
+    if value < minimum:
+        raise CatalogError(f"must be {minimum} or more, got {value}", where=where, field=name)
+    if value > maximum:
+        raise CatalogError(f"must be {maximum} or less, got {value}", where=where, field=name)
+    return value
+
+
+def _text(entry: dict, name: str, where: str, *, max_length: int, required: bool = True) -> str:
+    value = _value(entry, name, str, where, required=required, default="").strip()
+    if required and not value:
+        raise CatalogError("must not be empty", where=where, field=name)
+    if len(value) > max_length:
+        raise CatalogError(f"must be at most {max_length} characters", where=where, field=name)
+    return value
+
+
+def _unknown(entry: dict, known: set, where: str) -> None:
+    extra = set(entry) - known
+    if extra:
+        raise CatalogError(f"unknown field(s): {', '.join(sorted(extra))}", where=where)
+
+
+def check_provider(name: str, entry: dict, *, where: str = "") -> dict:
+    """A provider's fields checked and normalised: the Provider columns, ``name`` included."""
+    where = where or f"[providers.{name}]"
+    if not isinstance(entry, dict):
+        raise CatalogError("must be a table", where=where)
+    _unknown(entry, PROVIDER_FIELDS, where)
+    kind_name = _value(entry, "type", str, where, required=False, default="openai") or "openai"
+    kind = TYPES.get(kind_name)
+    if kind is None:
+        raise CatalogError(f"must be one of {', '.join(TYPES)}, got {kind_name!r}", where=where, field="type")
+    base_url = _value(entry, "base_url", str, where, required=False, default="").strip().rstrip("/")
+    if kind.takes_base_url:
+        base_url = base_url or kind.default_base_url
+        if not base_url:
+            raise CatalogError(f"is required for a provider of type {kind.name}", where=where, field="base_url")
+        if not base_url.startswith(("http://", "https://")):
+            raise CatalogError(f"must be an http(s) URL, got {base_url!r}", where=where, field="base_url")
+    elif base_url:
+        raise CatalogError(f"is not used by a provider of type {kind.name}", where=where, field="base_url")
+    timeout = _value(entry, "timeout", (int, float), where, required=False, default=60)
+    if isinstance(timeout, bool) or timeout <= 0:
+        raise CatalogError("must be a positive number of seconds", where=where, field="timeout")
+    single = _value(entry, "api_key_env", str, where, required=False, default="").strip()
+    several = _value(entry, "api_key_envs", list, where, required=False, default=[])
+    if single and several:
+        raise CatalogError("a provider has either api_key_env or api_key_envs, not both", where=where,
+                           field="api_key_envs")
+    for variable in several:
+        if not isinstance(variable, str) or not variable.strip():
+            raise CatalogError(f"must list variable names, got {variable!r}", where=where, field="api_key_envs")
+    several = [variable.strip() for variable in several]
+    if len(set(several)) != len(several):
+        raise CatalogError("names a variable twice", where=where, field="api_key_envs")
+    for variable, field_name in [(single, "api_key_env")] + [(v, "api_key_envs") for v in several]:
+        problem = secret_env_problem(variable)
+        if problem:
+            raise CatalogError(problem, where=where, field=field_name)
+    if not kind.takes_secrets and (single or several):
+        raise CatalogError(f"a provider of type {kind.name} takes no secret", where=where,
+                           field="api_key_envs" if several else "api_key_env")
+    for particular in ("api_version", "max_tokens_default"):
+        if particular in entry and particular not in kind.fields:
+            raise CatalogError(f"is not used by a provider of type {kind.name}", where=where, field=particular)
+    api_version = _value(entry, "api_version", str, where, required=False, default="").strip()
+    max_tokens_default = _whole(entry, "max_tokens_default", where, default=Provider.max_tokens_default.field.default,
+                                minimum=1)
+    return {"name": name, "type": kind.name, "base_url": base_url, "api_key_env": single, "api_key_envs": several,
+            "timeout": float(timeout), "api_version": api_version, "max_tokens_default": max_tokens_default}
+
+
+def check_pool(model_id: str, model_type: str, deployments: list, providers: dict, *, where: str = "") -> list[dict]:
+    """A model's deployments checked and normalised, in the order given.
+
+    ``providers`` maps each known provider name to its type name. Each entry becomes
+    ``{"provider", "upstream_model", "priority", "weight", "rpm"}``; the expansion into one
+    deployment per secret happens when they are saved.
+    """
+    where = where or f"model {model_id!r}"
+    if not isinstance(deployments, list) or not deployments:
+        raise CatalogError("a model needs at least one deployment", where=where, field="deployments")
+    checked, seen = [], set()
+    for index, entry in enumerate(deployments):
+        at = f"{where}, deployment #{index + 1}"
+        if not isinstance(entry, dict):
+            raise CatalogError("must be a table", where=at)
+        _unknown(entry, DEPLOYMENT_FIELDS, at)
+        provider = _value(entry, "provider", str, at)
+        if provider not in providers:
+            raise CatalogError(f"names unknown provider {provider!r}", where=at, field="provider")
+        kind = TYPES[providers[provider]]
+        if not kind.serves(model_type):
+            raise CatalogError(f"provider {provider!r} is of type {kind.name}, which cannot serve {model_type} "
+                               f"models (it serves {', '.join(kind.operations)})", where=at, field="provider")
+        upstream_model = _text(entry, "upstream_model", at, max_length=120, required=False)
+        pair = (provider, upstream_model or model_id)
+        if pair in seen:
+            raise CatalogError(f"provider {provider!r} with upstream model {pair[1]!r} is listed twice",
+                               where=at, field="upstream_model" if upstream_model else "provider")
+        seen.add(pair)
+        checked.append({"provider": provider, "upstream_model": upstream_model,
+                        "priority": _whole(entry, "priority", at, default=1, minimum=1, maximum=SMALL),
+                        "weight": _whole(entry, "weight", at, default=1, minimum=0),
+                        "rpm": _whole(entry, "rpm", at, default=0, minimum=0)})
+    return checked
+
+
+def _cost(entry: dict, where: str) -> int:
+    cost = _value(entry, "cost", int, where)
+    if cost < 0:
+        raise CatalogError(f"must be 0 or more, got {cost}", where=where, field="cost")
+    if cost > LARGE:
+        raise CatalogError(f"must be {LARGE} or less, got {cost}", where=where, field="cost")
+    return cost
+
+
+def check_model(entry: dict, providers: dict, *, where: str) -> dict:
+    """A model entry checked and normalised: the AiModel columns plus its ``deployments``.
+
+    The older single-provider form (``provider``, ``upstream_model``, ``fallbacks``) means one
+    deployment per provider at priorities 1, 2, 3… in the order given, all under that upstream name.
+    """
+    if not isinstance(entry, dict):
+        raise CatalogError("must be a table", where=where)
+    _unknown(entry, MODEL_FIELDS, where)
+    model_id = _text(entry, "id", where, max_length=120)
+    model_type = _value(entry, "type", str, where)
+    if model_type not in MODEL_TYPES:
+        raise CatalogError(f"must be one of {', '.join(MODEL_TYPES)}, got {model_type!r}", where=where, field="type")
+    access = _value(entry, "access", list, where)
+    for tier in access:
+        if tier not in TIERS:
+            raise CatalogError(f"names unknown tier {tier!r}", where=where, field="access")
+    routing = _value(entry, "routing", str, where, required=False, default="weighted")
+    if routing not in ROUTING_STRATEGIES:
+        raise CatalogError(f"must be one of {', '.join(ROUTING_STRATEGIES)}, got {routing!r}", where=where,
+                           field="routing")
+    old_form = [name for name in ("provider", "upstream_model", "fallbacks") if name in entry]
+    if old_form and "deployments" in entry:
+        raise CatalogError(f"a model has either deployments or {'/'.join(old_form)}, not both", where=where,
+                           field="deployments")
+    if "deployments" in entry:
+        deployments = _value(entry, "deployments", list, where)
+    else:
+        provider = _value(entry, "provider", str, where)
+        upstream_model = _value(entry, "upstream_model", str, where, required=False, default="")
+        fallbacks = _value(entry, "fallbacks", list, where, required=False, default=[])
+        if provider not in providers:
+            raise CatalogError(f"names unknown provider {provider!r}", where=where, field="provider")
+        for fallback in fallbacks:
+            if not isinstance(fallback, str):
+                raise CatalogError(f"must list provider names, got {fallback!r}", where=where, field="fallbacks")
+            if fallback not in providers:
+                raise CatalogError(f"names unknown provider {fallback!r}", where=where, field="fallbacks")
+        for index, fallback in enumerate(fallbacks):
+            if fallback == provider or fallback in fallbacks[:index]:
+                # Each would be tried twice: a pool has each provider (and upstream name) once.
+                raise CatalogError(f"names provider {fallback!r} twice (the model's provider counts)", where=where,
+                                   field="fallbacks")
+        deployments = [{"provider": name, "upstream_model": upstream_model, "priority": priority}
+                       for priority, name in enumerate([provider, *fallbacks], start=1)]
+    return {
+        "model_id": model_id, "type": model_type, "owned_by": _text(entry, "owned_by", where, max_length=64),
+        "cost": _cost(entry, where),
+        "tiers": [tier for tier in TIERS if tier in access],
+        "enabled": _value(entry, "enabled", bool, where, required=False, default=True),
+        "routing": routing,
+        "allowed_fails": _whole(entry, "allowed_fails", where, default=3, minimum=1, maximum=SMALL),
+        "cooldown_seconds": _whole(entry, "cooldown_seconds", where, default=30, minimum=1),
+        "deployments": check_pool(model_id, model_type, deployments, providers, where=where),
+    }
 
 
 # ---------------------------------------------------------------- cached snapshot
 
 @dataclass(frozen=True)
 class Snapshot:
-    models: dict  # public id -> AiModel (enabled only, provider attached)
+    models: dict  # public id -> AiModel (enabled only), each with ``pool``: its deployments, providers attached
     providers: dict  # name -> Provider
     loaded_at: float = field(default_factory=time.monotonic)
-
-    def providers_for(self, model: AiModel) -> list[Provider]:
-        """The model's provider followed by its fallbacks, in the order they are tried."""
-        chain = [model.provider]
-        chain += [self.providers[name] for name in model.fallbacks if name in self.providers]
-        return chain
 
 
 _lock = threading.Lock()
@@ -77,14 +285,22 @@ def snapshot() -> Snapshot:
         return current
     with _lock:
         if _snapshot is current:
-            providers = {p.name: p for p in Provider.objects.all()}
-            by_pk = {p.pk: p for p in providers.values()}
-            models = {}
-            for model in AiModel.objects.filter(enabled=True):
-                model.provider = by_pk[model.provider_id]
-                models[model.model_id] = model
-            _snapshot = Snapshot(models=models, providers=providers)
+            _snapshot = _load_snapshot()
         return _snapshot
+
+
+def _load_snapshot() -> Snapshot:
+    providers = {p.name: p for p in Provider.objects.all()}
+    by_pk = {p.pk: p for p in providers.values()}
+    models = {model.pk: model for model in AiModel.objects.filter(enabled=True)}
+    for model in models.values():
+        model.pool = []
+    for deployment in Deployment.objects.filter(model__enabled=True).order_by("priority", "id"):
+        model = models[deployment.model_id]
+        deployment.model = model
+        deployment.provider = by_pk[deployment.provider_id]
+        model.pool.append(deployment)
+    return Snapshot(models={model.model_id: model for model in models.values()}, providers=providers)
 
 
 def invalidate(**kwargs) -> None:
@@ -92,7 +308,7 @@ def invalidate(**kwargs) -> None:
     _snapshot = None
 
 
-for _sender in (AiModel, Provider):
+for _sender in (AiModel, Provider, Deployment):
     post_save.connect(invalidate, sender=_sender, dispatch_uid=f"catalog-save-{_sender.__name__}")
     post_delete.connect(invalidate, sender=_sender, dispatch_uid=f"catalog-delete-{_sender.__name__}")
 
@@ -103,20 +319,8 @@ def get_model(model_id: str) -> AiModel | None:
 
 # ---------------------------------------------------------------- TOML catalog files
 
-def _require(entry: dict, name: str, kind, where: str, *, required: bool = True, default=None):
-    if name not in entry:
-        if required:
-            raise CatalogError(f"{where}: missing field '{name}'")
-        return default
-    value = entry[name]
-    if kind is int and isinstance(value, bool) or not isinstance(value, kind):
-        expected = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise CatalogError(f"{where}: field '{name}' must be {expected}, got {value!r}")
-    return value
-
-
 def parse_catalog(text: str) -> tuple[list[dict], list[dict]]:
-    """Validate a catalog document; returns (providers, models) as plain field dicts."""
+    """Check a catalog document; returns (providers, models) as plain field dicts."""
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -124,78 +328,26 @@ def parse_catalog(text: str) -> tuple[list[dict], list[dict]]:
     unknown = set(document) - {"providers", "models"}
     if unknown:
         raise CatalogError(f"unknown top-level section(s): {', '.join(sorted(unknown))}")
-
-    providers = []
-    raw_providers = _require(document, "providers", dict, "catalog")
-    for name, entry in raw_providers.items():
-        where = f"[providers.{name}]"
-        if not isinstance(entry, dict):
-            raise CatalogError(f"{where}: must be a table")
-        kind = _require(entry, "type", str, where, required=False, default="openai")
-        if kind not in PROVIDER_TYPES:
-            raise CatalogError(f"{where}: field 'type' must be one of {', '.join(PROVIDER_TYPES)}, got {kind!r}")
-        base_url = _require(entry, "base_url", str, where, required=kind != "local", default="")
-        if kind != "local" and not base_url.startswith(("http://", "https://")):
-            raise CatalogError(f"{where}: field 'base_url' must be an http(s) URL, got {base_url!r}")
-        timeout = _require(entry, "timeout", (int, float), where, required=False, default=60)
-        if isinstance(timeout, bool) or timeout <= 0:
-            raise CatalogError(f"{where}: field 'timeout' must be a positive number of seconds")
-        extra = set(entry) - {"type", "base_url", "api_key_env", "timeout"}
-        if extra:
-            raise CatalogError(f"{where}: unknown field(s): {', '.join(sorted(extra))}")
-        api_key_env = _require(entry, "api_key_env", str, where, required=False, default="")
-        problem = secret_env_problem(api_key_env)
-        if problem:
-            raise CatalogError(f"{where}: field 'api_key_env': {problem}")
-        providers.append({"name": name, "type": kind, "base_url": base_url.rstrip("/"),
-                          "api_key_env": api_key_env, "timeout": float(timeout)})
-    names = {p["name"] for p in providers}
-
-    models = []
-    seen = set()
-    for index, entry in enumerate(_require(document, "models", list, "catalog")):
+    raw_providers = _value(document, "providers", dict, "catalog")
+    providers = [check_provider(name, entry) for name, entry in raw_providers.items()]
+    types = {provider["name"]: provider["type"] for provider in providers}
+    models, seen = [], set()
+    for index, entry in enumerate(_value(document, "models", list, "catalog")):
         where = f"[[models]] #{index + 1}"
-        if not isinstance(entry, dict):
-            raise CatalogError(f"{where}: must be a table")
-        model_id = _require(entry, "id", str, where)
-        where = f"[[models]] #{index + 1} (id {model_id!r})"
-        if model_id in seen:
-            raise CatalogError(f"{where}: duplicate id")
-        seen.add(model_id)
-        model_type = _require(entry, "type", str, where)
-        if model_type not in MODEL_TYPES:
-            raise CatalogError(f"{where}: field 'type' must be one of {', '.join(MODEL_TYPES)}, got {model_type!r}")
-        cost = _require(entry, "cost", int, where)
-        if cost < 0:
-            raise CatalogError(f"{where}: field 'cost' must be 0 or more, got {cost}")
-        access = _require(entry, "access", list, where)
-        for tier in access:
-            if tier not in TIERS:
-                raise CatalogError(f"{where}: field 'access' names unknown tier {tier!r}")
-        provider = _require(entry, "provider", str, where)
-        if provider not in names:
-            raise CatalogError(f"{where}: field 'provider' names unknown provider {provider!r}")
-        fallbacks = _require(entry, "fallbacks", list, where, required=False, default=[])
-        for fallback in fallbacks:
-            if fallback not in names:
-                raise CatalogError(f"{where}: field 'fallbacks' names unknown provider {fallback!r}")
-        extra = set(entry) - {"id", "type", "owned_by", "cost", "access", "provider", "upstream_model",
-                              "fallbacks", "enabled"}
-        if extra:
-            raise CatalogError(f"{where}: unknown field(s): {', '.join(sorted(extra))}")
-        models.append({
-            "model_id": model_id, "type": model_type, "cost": cost, "provider": provider,
-            "owned_by": _require(entry, "owned_by", str, where),
-            "tiers": [tier for tier in TIERS if tier in access],
-            "upstream_model": _require(entry, "upstream_model", str, where, required=False, default=""),
-            "fallbacks": list(fallbacks),
-            "enabled": _require(entry, "enabled", bool, where, required=False, default=True),
-        })
+        if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+            where += f" (id {entry['id']!r})"
+        model = check_model(entry, types, where=where)
+        if model["model_id"] in seen:
+            raise CatalogError("is a duplicate: an earlier model has that id", where=where, field="id")
+        seen.add(model["model_id"])
+        models.append(model)
     return providers, models
 
 
 def load_catalog(path: Path | None = None) -> dict:
-    """Upsert providers and models from a catalog file; returns what was created/updated/unchanged."""
+    """Upsert providers, models and their deployments from a catalog file; returns what was
+    created/updated/unchanged. A deployment keeps its id, and a disabled one stays disabled, as
+    long as the file still lists it."""
     path = Path(path) if path else DEFAULT_CATALOG
     try:
         text = path.read_text(encoding="utf-8")
@@ -210,12 +362,63 @@ def load_catalog(path: Path | None = None) -> dict:
             by_name[name], outcome = _upsert(Provider, {"name": name}, fields)
             report[outcome].append(f"provider {name}")
         for fields in models:
-            model_id = fields.pop("model_id")
-            fields["provider"] = by_name[fields["provider"]]
-            _, outcome = _upsert(AiModel, {"model_id": model_id}, fields)
+            model_id, pool = fields.pop("model_id"), fields.pop("deployments")
+            model, outcome = _upsert(AiModel, {"model_id": model_id}, fields)
+            if save_pool(model, [{**entry, "provider": by_name[entry["provider"]]} for entry in pool]) \
+                    and outcome == "unchanged":
+                outcome = "updated"
             report[outcome].append(f"model {model_id}")
     invalidate()
     return report
+
+
+def save_pool(model: AiModel, pool: list[dict]) -> bool:
+    """Make the model's deployments those of ``pool`` (checked entries with Provider objects), one per
+    secret of each provider; returns whether anything changed. Rows that stay keep their id and state."""
+    wanted = {}
+    for entry in pool:
+        for secret_env in entry["provider"].secret_envs():
+            wanted[(entry["provider"].pk, secret_env, entry["upstream_model"])] = entry
+    changed = False
+    for deployment in list(model.deployments.all()):
+        entry = wanted.pop((deployment.provider_id, deployment.secret_env, deployment.upstream_model), None)
+        if entry is None:
+            deployment.delete()
+            changed = True
+            continue
+        values = {name: entry[name] for name in ("priority", "weight", "rpm")}
+        if any(getattr(deployment, name) != value for name, value in values.items()):
+            Deployment.objects.filter(pk=deployment.pk).update(**values)
+            changed = True
+    for (_, secret_env, upstream_model), entry in wanted.items():
+        Deployment.objects.create(model=model, provider=entry["provider"], secret_env=secret_env,
+                                  upstream_model=upstream_model, priority=entry["priority"], weight=entry["weight"],
+                                  rpm=entry["rpm"])
+        changed = True
+    if changed:
+        invalidate()
+    return changed
+
+
+def sync_secrets(provider: Provider) -> None:
+    """After a provider's secrets changed: every pool listing it gets one deployment per secret again,
+    each new one like its siblings (priority, weight, rpm), the ones whose secret went away removed."""
+    groups: dict[tuple, list[Deployment]] = {}
+    for deployment in Deployment.objects.filter(provider=provider).order_by("id"):
+        groups.setdefault((deployment.model_id, deployment.upstream_model), []).append(deployment)
+    secrets = provider.secret_envs()
+    for (model_id, upstream_model), rows in groups.items():
+        template = rows[0]
+        for deployment in rows:
+            if deployment.secret_env not in secrets:
+                deployment.delete()
+        present = {deployment.secret_env for deployment in rows}
+        for secret_env in secrets:
+            if secret_env not in present:
+                Deployment.objects.create(model_id=model_id, provider=provider, secret_env=secret_env,
+                                          upstream_model=upstream_model, priority=template.priority,
+                                          weight=template.weight, rpm=template.rpm)
+    invalidate()
 
 
 def _upsert(model_class, lookup: dict, fields: dict):

@@ -1,17 +1,20 @@
+import os
+
 from django.db import models
 from django.db.models import Q, Sum
 
 from keys.models import TIERS
+from models_catalog.provider_types import DEFAULT_MAX_TOKENS, MODEL_TYPES, PROVIDER_TYPES
 
-MODEL_TYPES = ("chat", "image", "speech", "embedding")
-PROVIDER_TYPES = ("openai", "local")
+ROUTING_STRATEGIES = ("weighted", "latency")
 
 
 class Provider(models.Model):
-    """An upstream: any OpenAI-compatible HTTP API, or the in-process local models.
+    """An upstream: an HTTP API spoken in its type's protocol, or the in-process local models.
 
-    The upstream secret is never stored: only the name of the environment
-    variable that holds it.
+    Upstream secrets are never stored: only the names of the environment variables that
+    hold them. A provider with several secrets (``api_key_envs``) stands for one deployment
+    per secret wherever a model lists it.
     """
 
     name = models.SlugField(max_length=64, unique=True)
@@ -19,7 +22,13 @@ class Provider(models.Model):
     base_url = models.URLField(max_length=300, blank=True)
     api_key_env = models.CharField(max_length=100, blank=True,
                                    help_text="Name of the environment variable holding the upstream secret.")
+    api_key_envs = models.JSONField(default=list, blank=True,
+                                    help_text="Names of several secret variables, each its own deployment "
+                                              "(instead of api_key_env).")
     timeout = models.FloatField(default=60.0, help_text="Seconds to wait for the upstream.")
+    api_version = models.CharField(max_length=40, blank=True, help_text="Azure: the api-version sent.")
+    max_tokens_default = models.PositiveIntegerField(
+        default=DEFAULT_MAX_TOKENS, help_text="Anthropic: max_tokens sent when the client gives none.")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -29,19 +38,42 @@ class Provider(models.Model):
     def __str__(self):
         return self.name
 
+    def secret_envs(self) -> list[str]:
+        """The variables of its secrets, one deployment each; [""] for a provider without a secret."""
+        if self.api_key_envs:
+            return list(self.api_key_envs)
+        return [self.api_key_env]
+
+    def secret_configured(self, variable: str) -> bool:
+        """Whether this process holds the secret in ``variable`` (one of secret_envs()), so that a call
+        through it can succeed.
+
+        A local provider, or a deployment without a secret variable (an upstream without
+        authentication), needs none. Only whether the variable is set is looked at, never its value;
+        one a provider may not name (catalog.secret_env_allowed) is never read, so it counts as unset.
+        """
+        from models_catalog.catalog import secret_env_allowed  # the catalog module imports this one
+
+        if self.type == "local" or not variable:
+            return True
+        return secret_env_allowed(variable) and bool(os.environ.get(variable, "").strip())
+
 
 class AiModel(models.Model):
-    """A model clients can name. ``tiers`` lists the tiers allowed to use it."""
+    """A model clients can name, served by its pool of deployments. ``tiers`` lists the tiers allowed to use it."""
 
     model_id = models.CharField("id", max_length=120, unique=True, help_text="The public id clients send.")
     type = models.CharField(max_length=16, choices=[(t, t) for t in MODEL_TYPES])
     owned_by = models.CharField(max_length=64)
     cost = models.PositiveIntegerField(help_text="Credits per request (images: per image).")
     tiers = models.JSONField(default=list, blank=True, help_text="Tiers allowed to use the model.")
-    provider = models.ForeignKey(Provider, on_delete=models.PROTECT, related_name="models")
-    upstream_model = models.CharField(max_length=120, blank=True, help_text="Name sent upstream; empty = id.")
-    fallbacks = models.JSONField(default=list, blank=True,
-                                 help_text="Names of further providers tried in order on upstream failure.")
+    routing = models.CharField(max_length=16, choices=[(r, r) for r in ROUTING_STRATEGIES], default="weighted",
+                               help_text="How a deployment is picked within a priority: by weight, or by "
+                                         "the lowest recent time to first byte.")
+    allowed_fails = models.PositiveSmallIntegerField(
+        default=3, help_text="Failures of a deployment within 60 s that cool it down.")
+    cooldown_seconds = models.PositiveIntegerField(default=30, help_text="How long a cooled deployment gets no "
+                                                                         "traffic.")
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -49,7 +81,11 @@ class AiModel(models.Model):
     class Meta:
         ordering = ["model_id"]
         verbose_name = "model"
-        constraints = [models.CheckConstraint(condition=Q(type__in=MODEL_TYPES), name="aimodel_type_known")]
+        constraints = [
+            models.CheckConstraint(condition=Q(type__in=MODEL_TYPES), name="aimodel_type_known"),
+            models.CheckConstraint(condition=Q(routing__in=ROUTING_STRATEGIES), name="aimodel_routing_known"),
+            models.CheckConstraint(condition=Q(allowed_fails__gte=1), name="aimodel_allowed_fails_positive"),
+        ]
 
     def __str__(self):
         return self.model_id
@@ -60,14 +96,60 @@ class AiModel(models.Model):
     def access_map(self) -> dict:
         return {tier: tier in self.tiers for tier in TIERS}
 
-    @property
-    def upstream_name(self) -> str:
-        return self.upstream_model or self.model_id
+    def is_configured(self, deployments) -> bool:
+        """Whether one of the deployments that serve it (its pool) has its secret here: if none has, every
+        call fails with a 502."""
+        return any(deployment.provider.secret_configured(deployment.secret_env) for deployment in deployments)
 
     def entry(self) -> dict:
         """The SPEC's model entry, without analytics."""
         return {"id": self.model_id, "object": "model", "type": self.type, "owned_by": self.owned_by,
                 "cost": self.cost, "access": self.access_map()}
+
+
+class Deployment(models.Model):
+    """One way to serve a model: a provider, one of its secrets, and the name that upstream knows the model by.
+
+    Its health (failures, cooldowns, latency, rpm) lives in the shared cache (gateway.routing);
+    only whether it is disabled lives here, because a bad secret stays bad across restarts
+    until a probe or a person says otherwise.
+    """
+
+    model = models.ForeignKey(AiModel, on_delete=models.CASCADE, related_name="deployments")
+    provider = models.ForeignKey(Provider, on_delete=models.PROTECT, related_name="deployments")
+    secret_env = models.CharField(max_length=100, blank=True,
+                                  help_text="The variable holding this deployment's secret (one of the "
+                                            "provider's); empty for a provider without one.")
+    upstream_model = models.CharField(max_length=120, blank=True, help_text="Name sent upstream; empty = the "
+                                                                           "model's id.")
+    priority = models.PositiveSmallIntegerField(default=1, help_text="Lower is tried first.")
+    weight = models.PositiveIntegerField(default=1, help_text="Share of traffic within its priority; 0 = only "
+                                                              "as a last resort there.")
+    rpm = models.PositiveIntegerField(default=0, help_text="Requests per minute sent to it, fleet-wide (0 = "
+                                                           "no cap).")
+    disabled_at = models.DateTimeField(null=True, blank=True)
+    disabled_reason = models.CharField(max_length=300, blank=True)
+    # A person's disable sticks: probes re-enable only what the router disabled for a refused secret.
+    disabled_by_hand = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["model", "priority", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["model", "provider", "secret_env", "upstream_model"],
+                                    name="deployment_once_per_model"),
+            models.CheckConstraint(condition=Q(priority__gte=1), name="deployment_priority_positive"),
+        ]
+
+    def __str__(self):
+        return f"{self.model_id}: {self.provider_id} #{self.pk}"
+
+    @property
+    def upstream_name(self) -> str:
+        return self.upstream_model or self.model.model_id
+
+    @property
+    def disabled(self) -> bool:
+        return self.disabled_at is not None
 
 
 class UsageEventQuerySet(models.QuerySet):
@@ -109,9 +191,15 @@ class UsageEvent(models.Model):
     success = models.BooleanField()
     input_tokens = models.PositiveIntegerField(default=0)
     output_tokens = models.PositiveIntegerField(default=0)
+    # The part of input_tokens the upstream served from its prompt cache (OpenAI's cached_tokens,
+    # Anthropic's cache reads, Gemini's cachedContentTokenCount).
+    cached_tokens = models.PositiveIntegerField(default=0)
     credits_charged = models.PositiveIntegerField(default=0)
     latency_ms = models.PositiveIntegerField(default=0)
     provider = models.CharField(max_length=64, blank=True, help_text="Provider that answered (or failed last).")
+    # The deployment that answered (or failed last); no foreign key, so usage outlives catalog edits
+    # and the insert checks nothing more.
+    deployment_id = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(db_index=True)
     request_id = models.CharField(max_length=128, blank=True, default="",
                                   help_text="X-Request-ID of the request, copied from its ledger charge row.")

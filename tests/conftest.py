@@ -3,10 +3,11 @@ import pytest
 from django.core.cache import cache
 from django.db import connection
 
+from gateway import routing
 from keys import auth_cache
 from keys.services import issue_key
 from models_catalog import catalog
-from utils_app import windows
+from utils_app import limits, windows
 
 
 def pytest_collection_modifyitems(config, items):
@@ -29,6 +30,8 @@ def _isolated_state(settings, tmp_path):
     settings.LEDGER_SWEEP_SECONDS = 0  # no background sweeps inside a test's transaction
     cache.clear()
     windows.reset()
+    routing.reset()
+    limits.forget_guessers()
     auth_cache.clear()
     catalog.invalidate()
     yield

@@ -103,34 +103,40 @@ def env_names(name: str, default: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-# PostgreSQL's default max_connections (100) less its 3 reserved for superusers and a few for
-# management commands and an operator's psql.
-DATABASE_MAX_CONNECTIONS = 90
+# The connections each served worker's pool holds when nothing says otherwise. A metered request
+# holds one for its two short statements only (utils_app.db.release_connection), so a few serve
+# hundreds of requests a second, and a burst of 1,000 new streams (docs/performance.md). Small
+# enough that several instances of two workers, the sweeper, management commands and an
+# operator's psql fit in PostgreSQL's default max_connections of 100 (docs/operations.md).
+DATABASE_POOL_SIZE = 8
+
+# How long the pool retries opening one connection (1, 2, 4 ... s apart) before it gives that
+# attempt up; the next request that finds no connection ready starts another. psycopg's own
+# default (5 minutes, the attempts up to two minutes apart) would leave a worker answering 503
+# for minutes after the database is back.
+DATABASE_RECONNECT_SECONDS = 5.0
 
 
 def pool_size() -> int:
     """The most connections this process's pool may hold.
 
-    DATABASE_POOL_SIZE when set. Otherwise this process's share of DATABASE_MAX_CONNECTIONS,
-    the connections the whole instance may hold: gunicorn's workers split it (GATEWAY_WORKERS,
-    which gateway.gunicorn_conf sets in each worker; a threaded worker takes no more than its
-    threads use), and any other process (a management command) may use it all, though it
-    opens only what it uses.
-    A burst of streams holds pooled connections for as long as the CPU keeps their
-    greenlets waiting, so the largest pool the server allows serves the most of it
-    (docs/performance.md); a pool past the server's limit would fail at its connect instead.
+    DATABASE_POOL_SIZE when set, else 8. DATABASE_MAX_CONNECTIONS, when set, is instead the
+    connections the whole instance may hold: gunicorn's workers split it (GATEWAY_WORKERS, which
+    gateway.gunicorn_conf sets in each worker), each taking an equal share of at least two.
+    Either way a threaded worker (GATEWAY_WORKER_THREADS, also set by gateway.gunicorn_conf) takes
+    no more than its threads use. The sum over every instance must stay within what the server
+    accepts (docs/operations.md): a pool past it fails at its connect, and its requests get 503.
     """
     explicit = env_int("DATABASE_POOL_SIZE", 0, minimum=1)
     if explicit:
         return explicit
-    total = env_int("DATABASE_MAX_CONNECTIONS", DATABASE_MAX_CONNECTIONS, minimum=2)
+    total = env_int("DATABASE_MAX_CONNECTIONS", 0, minimum=2)
     workers = env_int("GATEWAY_WORKERS", 1, minimum=1)
-    share = max(total // workers, 2)
-    # A threaded worker (GATEWAY_WORKER_THREADS, also set by gateway.gunicorn_conf) runs at most
-    # that many requests at once, each on one connection at a time, beside the ledger sweeper's
-    # thread: a larger pool would only hold idle connections open.
+    size = max(total // workers, 2) if total else DATABASE_POOL_SIZE
+    # A threaded worker runs at most that many requests at once, each on one connection at a
+    # time, beside the ledger sweeper's thread: a larger pool would only hold idle connections open.
     threads = env_int("GATEWAY_WORKER_THREADS", 0, minimum=1)
-    return min(share, threads + 1) if threads else share
+    return min(size, threads + 1) if threads else size
 
 
 # The keep-alive connections to one upstream host that a process with no known concurrency keeps.
@@ -178,12 +184,23 @@ def database_from_url(url: str, *, data_dir: Path) -> dict:
         # process holds however many threads it runs (gthread workers x threads could
         # otherwise exceed the server's max_connections). The pool hands out healthy
         # connections, so no per-request health-check query is needed.
-        # An exhausted or unreachable pool answers 503 service_unavailable after
-        # DATABASE_POOL_TIMEOUT (utils_app.errors); dead connections are dropped before use.
+        # A request waits for a connection at most DATABASE_POOL_TIMEOUT once the server
+        # refuses connections, and at most DATABASE_POOL_QUEUE_TIMEOUT behind busy ones while
+        # it accepts them (utils_app.postgresql.base); then it is answered 503
+        # service_unavailable (utils_app.errors). Dead connections are dropped before use.
+        # A management command opens what it uses; a served worker opens its whole pool at
+        # start (utils_app.db.open_whole_pool).
+        refused_wait = env_float("DATABASE_POOL_TIMEOUT", 3.0, minimum=0.1)
+        # The request path's two statements, bound on the server (gateway.metering), are prepared on their
+        # first use on each pooled connection: about a third of PostgreSQL's CPU per request
+        # (docs/performance.md). The ORM binds on the client and never prepares. Off for a pooler that
+        # cannot keep prepared statements (PgBouncer before 1.21, or without max_prepared_statements).
+        options["prepare_threshold"] = 0 if env_bool("DATABASE_PREPARED_STATEMENTS", True) else None
         options["pool"] = {
             "min_size": 1,
             "max_size": pool_size(),
-            "timeout": env_float("DATABASE_POOL_TIMEOUT", 3.0, minimum=0.1),
+            "timeout": refused_wait,
+            "reconnect_timeout": DATABASE_RECONNECT_SECONDS,
         }
         return {
             # Django's PostgreSQL backend, handing out only live pooled connections (utils_app.postgresql).
@@ -195,6 +212,8 @@ def database_from_url(url: str, *, data_dir: Path) -> dict:
             "PORT": str(port or ""),
             "CONN_MAX_AGE": 0,  # the pool keeps the connections; Django must not
             "OPTIONS": options,
+            # Not Django's: read by utils_app.postgresql.base (psycopg's pool has one timeout).
+            "POOL_QUEUE_TIMEOUT": max(refused_wait, env_float("DATABASE_POOL_QUEUE_TIMEOUT", 10.0, minimum=0.1)),
         }
     raise ImproperlyConfigured(f"DATABASE_URL must start with postgres:// or sqlite:///, got {parts.scheme!r}")
 

@@ -14,6 +14,8 @@ from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions as drf
 
+from utils_app import logging as request_log
+
 log = logging.getLogger("gateway.errors")
 
 
@@ -35,6 +37,11 @@ class GatewayError(Exception):
             self.headers["Retry-After"] = str(max(1, int(retry_after)))
 
     def body(self) -> dict:
+        """What the client is answered with: an error response's body, or a stream's error event.
+
+        Every error answer is built here, so here the request's summary line learns its reason.
+        """
+        request_log.record_error(self.code, self.message)
         return error_body(self.message, self.type, self.code, self.param)
 
 
@@ -140,22 +147,100 @@ class ServiceUnavailable(GatewayError):
 
 
 class UpstreamError(GatewayError):
+    """An upstream failed the request: the next deployment may serve it (CONTRACT section 7).
+
+    Each upstream error says what it means for the request and for the deployment that
+    answered, so the router reads the class, not the status:
+
+    - ``retry``: whether the request moves on to another deployment;
+    - ``health``: what it does to the deployment: ``FAILURE`` (counts towards a cooldown),
+      ``COOLDOWN`` (cooled at once, for ``cooldown_seconds`` when given), ``DISABLE`` (its
+      secret is bad for every model: disabled in the database), or ``None`` (not its fault).
+    """
+
     status = 502
     type = "upstream_error"
     code = "upstream_unavailable"
+    retry = True
+    health: str | None = "failure"
+    cooldown_seconds: float | None = None
+    outcome = "failure"  # the attempts metric's word for it
+
+
+# What an upstream error does to the deployment that answered (UpstreamError.health).
+FAILURE, COOLDOWN, DISABLE = "failure", "cooldown", "disable"
 
 
 class UpstreamTimeout(UpstreamError):
     status = 504
     code = "upstream_timeout"
+    outcome = "timeout"
+
+
+class StreamTooLong(UpstreamTimeout):
+    """A stream that outlived STREAM_MAX_SECONDS, ended by the gateway however lively it was: the
+    deployment did nothing wrong."""
+
+    health = None
+    outcome = "too_long"
 
 
 class UpstreamRateLimited(UpstreamError):
-    """The upstream's own 429, passed on when no fallback answered: its code and Retry-After kept."""
+    """The upstream's own 429: the deployment is cooled down at once (for its Retry-After), and the
+    upstream's code and Retry-After are passed on when no other deployment answered."""
 
     status = 429
     type = "invalid_request_error"
     code = "rate_limit_exceeded"
+    health = COOLDOWN
+    outcome = "rate_limited"
+
+    def __init__(self, message: str, *, cooldown_seconds: float | None = None, **kwargs):
+        super().__init__(message, **kwargs)
+        self.cooldown_seconds = cooldown_seconds
+
+
+class UpstreamCredentialRejected(UpstreamError):
+    """The upstream refused this gateway's secret, or its account has no quota or credit left (401, 403,
+    402, OpenAI's insufficient_quota): bad for every model using that secret, so its deployments are
+    disabled. The client sees a 502: a configuration fault of this service, never a bad client key."""
+
+    health = DISABLE
+    outcome = "credential_rejected"
+
+
+class UpstreamNotConfigured(UpstreamError):
+    """The deployment's secret is not set on this gateway: no call was made, and nothing is wrong with
+    the upstream itself."""
+
+    health = None
+    outcome = "not_configured"
+
+
+class UpstreamRejected(GatewayError):
+    """The upstream refused the request itself (a 4xx other than those above): another deployment would
+    refuse it too, so it is passed on as it is and says nothing about the deployment."""
+
+    type = "invalid_request_error"
+    code = "upstream_rejected"
+    retry = False
+    health = None
+    outcome = "rejected"
+
+    def __init__(self, message: str, *, status: int, **kwargs):
+        super().__init__(message, **kwargs)
+        self.status = status  # the upstream's own 4xx, passed on
+
+
+class UnsupportedParameter(InvalidRequest):
+    """A parameter the chosen deployment's protocol cannot honour: refused, never silently dropped. In a
+    pool that mixes provider types another deployment may honour it, so the request moves on; when none
+    did, this 400 is the answer. It says nothing about the deployment's health."""
+
+    code = "unsupported_parameter"
+    retry = True
+    health = None
+    outcome = "unsupported"
 
 
 class PlatformNotConfigured(GatewayError):
@@ -247,9 +332,12 @@ def as_gateway_error(exc: Exception) -> GatewayError:
     if isinstance(exc, drf.APIException):
         return ClientError(str(exc.detail), status=exc.status_code, code=exc.default_code)
     if isinstance(exc, (db.OperationalError, db.InterfaceError)):
-        # The database restarting, down, or every pooled connection busy (psycopg_pool's
-        # PoolTimeout arrives wrapped as OperationalError): the client may retry.
-        log.warning("database unavailable: %s", type(exc).__name__)
+        # The database restarting, down, full, or every pooled connection busy (psycopg_pool's
+        # PoolTimeout arrives wrapped as OperationalError): the client may retry. The log says
+        # which, in words: the operator's fix differs for each.
+        from utils_app.db import unavailable_cause
+
+        log.warning("database unavailable: %s", unavailable_cause(exc))
         return ServiceUnavailable()
     log.exception("unexpected error", exc_info=exc)
     return GatewayError("The server failed to handle the request.")
@@ -299,7 +387,14 @@ def parse_json_object(raw: bytes) -> dict:
         data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise InvalidRequest("The request body is not valid UTF-8.", code="invalid_json") from None
-    except (ValueError, RecursionError):
+    except RecursionError:
+        # Python's parser descends one level per nested array or object: past a few hundred it stops,
+        # whether or not the rest would parse. Saying "not valid JSON" would send the client looking
+        # for a typo.
+        raise InvalidRequest("The request body nests arrays or objects too deeply to be read: it may be valid "
+                             "JSON, but this service reads JSON nested at most a few hundred levels deep.",
+                             code="invalid_json") from None
+    except ValueError:
         raise InvalidRequest("The request body is not valid JSON.", code="invalid_json") from None
     if not isinstance(data, dict):
         raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")

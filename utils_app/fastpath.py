@@ -7,8 +7,9 @@ proves each returns what the plain path returns):
   DRF deep-copying them for every instance. Relies on Serializer.fields, get_fields and
   BindingDict, which DRF does not promise to keep.
 - ScriptedRedisCache.run_script: a Lua script in one round trip through the Redis client
-  of Django's cache (Django's RedisCache._cache is private), so both request windows of a
-  key are counted with one network call and share the cache's connection pool.
+  of Django's cache (Django's RedisCache._cache is private), with other commands pipelined
+  beside it, so both request windows of a key are counted, and the routing's health read,
+  with one network call on the cache's connection pool.
 
 Earlier shortcuts (a compiled key lookup, a prepared usage INSERT, a one-round-trip incr
 and a cached redis-py client) were removed once the request path no longer used them.
@@ -80,16 +81,65 @@ class SharedFields:
         return fields
 
 
+# One Redis client per process and server list: its connection pools, and the scripts the server knows.
+# Django keeps a cache object per context (asgiref.local.Local), and a gevent worker runs each request
+# in a greenlet of its own context, so each request built a new cache with new pools: it opened a new
+# connection (connect, HELLO) and loaded the script again before its one round trip (about 0.9 ms of
+# CPU a request; docs/performance.md). A redis-py client is safe to share between threads and greenlets.
+_clients_lock = threading.Lock()
+_clients: dict[tuple, tuple] = {}  # servers -> (Django's RedisCacheClient, its redis.Redis for writes)
+_scripts: dict[str, str] = {}  # Lua source -> its SHA1, known to the server after the first call
+
+
 class ScriptedRedisCache(RedisCache):
-    """Django's Redis cache, plus Lua scripts run in one round trip."""
+    """Django's Redis cache on one client per process, plus Lua scripts run in one round trip with other
+    commands beside them."""
 
-    def __init__(self, server, params):
-        super().__init__(server, params)
-        self._scripts = {}  # Lua source -> redis-py Script (sent by SHA after the first call)
+    def _shared(self) -> tuple:
+        key = tuple(self._servers)
+        found = _clients.get(key)
+        if found is None:
+            with _clients_lock:
+                found = _clients.get(key)
+                if found is None:
+                    client = self._class(self._servers, **self._options)
+                    found = _clients[key] = (client, client.get_client(write=True))
+        return found
 
-    def run_script(self, source: str, *, keys: list[str], args: list):
-        """Run a Lua script on the server in one round trip; ``keys`` must come from make_key()."""
-        script = self._scripts.get(source)
-        if script is None:
-            script = self._scripts[source] = self._cache.get_client(write=True).register_script(source)
-        return script(keys=keys, args=args)
+    @property
+    def _cache(self):
+        # Replaces RedisCache's cached_property: every cache object of the process shares one client.
+        return self._shared()[0]
+
+    def client_for_write(self):
+        return self._shared()[1]
+
+    def run_script(self, source: str, *, keys: list[str], args: list, then=None) -> tuple:
+        """Run a Lua script and, in the same round trip, the commands ``then(pipeline)`` adds.
+
+        Returns (the script's answer, the replies of the other commands). ``keys`` must come
+        from make_key(). The script goes by its SHA; a server that does not know it (a restart,
+        SCRIPT FLUSH) gets it loaded and run once more, alone: a second round trip that only
+        happens then. The other commands ran once either way.
+        """
+        from redis.exceptions import NoScriptError
+
+        client = self.client_for_write()
+        sha = _scripts.get(source)
+        if sha is None:
+            sha = _scripts[source] = client.script_load(source)
+        pipe = client.pipeline(transaction=False)
+        pipe.evalsha(sha, len(keys), *keys, *args)
+        if then is not None:
+            then(pipe)
+        replies = pipe.execute(raise_on_error=False)
+        answer, rest = replies[0], replies[1:]
+        for reply in rest:
+            if isinstance(reply, Exception):
+                raise reply
+        if isinstance(answer, NoScriptError):
+            _scripts[source] = sha = client.script_load(source)
+            answer = client.evalsha(sha, len(keys), *keys, *args)
+        elif isinstance(answer, Exception):
+            raise answer
+        return answer, rest

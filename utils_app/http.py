@@ -19,22 +19,23 @@ A session is built once per upstream and shared by every thread of the process:
   once, when the session is built, instead of on every request as requests does by
   default; ~/.netrc is never read, so no credential the service did not choose is sent.
 
-Since such a session carries nothing per call but its headers, ``Upstreams.post``
-prepares the request itself and hands it to ``Session.send`` (requests' documented
-prepared-request path), skipping the merge of cookies, hooks, proxies and settings that
-``Session.post`` repeats on every call: about a quarter of requests' CPU per upstream
-call (docs/performance.md).
+Since such a session carries nothing per call but its headers, ``Upstreams.post`` sends
+a model call straight through the urllib3 pool of the session's own adapter, skipping
+requests' preparing, merging and Response building on every call (docs/performance.md).
 """
 import json
 import os
 import threading
 from http.cookiejar import DefaultCookiePolicy
 
+from urllib.parse import urlsplit
+
 import requests
 from requests.adapters import HTTPAdapter
 from requests.structures import CaseInsensitiveDict
+from urllib3 import Timeout as Urllib3Timeout
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError, ProtocolError, ReadTimeoutError, SSLError
 from urllib3.exceptions import HTTPError as Urllib3Error
-from urllib3.exceptions import ReadTimeoutError
 
 
 USER_AGENT = "model-gateway/1.0"
@@ -55,6 +56,7 @@ class Upstreams:
         self.hosts = hosts  # how many hosts' pools are kept (a provider's own, plus image hosts)
         self.user_agent = user_agent
         self._sessions: dict[str, requests.Session] = {}
+        self._pools: dict[tuple, object] = {}  # (scheme, host:port) -> the adapter's urllib3 pool
         self._lock = threading.Lock()
 
     def session(self, base_url: str) -> requests.Session:
@@ -66,15 +68,49 @@ class Upstreams:
                     session = self._sessions[base_url] = self._build(base_url)
         return session
 
-    def post(self, base_url: str, url: str, *, data: bytes | str, headers: dict, timeout,
-             stream: bool = False) -> requests.Response:
-        """What ``self.session(base_url).post(...)`` sends, prepared here: the session's headers under
-        the call's own, and the session's proxies, certificates and redirect handling in ``send``."""
+    def post(self, base_url: str, url: str, *, data: bytes | str, headers: dict, timeout) -> "Answer":
+        """What ``self.session(base_url).post(..., stream=True)`` sends, sent straight through the urllib3
+        connection pool the session's adapter keeps for the upstream (its TLS settings included), with the
+        session's headers under the call's own. The answer's body is left unread.
+
+        requests' per-call machinery (preparing the request, merging settings, building its Response)
+        is about 0.4 ms of CPU per upstream call that a session carrying nothing per call does not
+        need (docs/performance.md). Through a proxy, requests' own path is taken: it knows how.
+
+        Redirects are never followed: a model call's body (the user's prompt) and its credential
+        are for the provider alone, and an upstream answering 307 to an internal address must not
+        make the gateway post them there. The caller sees the 3xx and treats it as a failure.
+        """
         session = self.session(base_url)
         merged = CaseInsensitiveDict(session.headers)
         merged.update(headers)
-        prepared = requests.Request("POST", url, data=data, headers=merged).prepare()
-        return session.send(prepared, timeout=timeout, stream=stream)
+        if session.proxies:
+            prepared = requests.Request("POST", url, data=data, headers=merged).prepare()
+            return session.send(prepared, timeout=timeout, stream=True, allow_redirects=False)
+        body = data.encode() if isinstance(data, str) else data
+        merged["Content-Length"] = str(len(body))
+        parts = urlsplit(url)
+        try:
+            raw = self._pool(base_url, url).urlopen(
+                "POST", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), body=body,
+                headers=dict(merged), redirect=False, retries=False, assert_same_host=False, preload_content=False,
+                decode_content=False, timeout=Urllib3Timeout(connect=timeout[0], read=timeout[1]))
+        except Urllib3Error as exc:
+            raise _as_requests_error(exc) from exc
+        return Answer(raw)
+
+    def _pool(self, base_url: str, url: str):
+        """The connection pool requests would use for ``url`` (its adapter's, with its TLS settings)."""
+        origin = urlsplit(url)[:2]
+        pool = self._pools.get(origin)
+        if pool is None:
+            session = self.session(base_url)
+            adapter = session.get_adapter(url)
+            prepared = requests.Request("POST", url).prepare()
+            pool = adapter.get_connection_with_tls_context(prepared, session.verify)
+            adapter.cert_verify(pool, prepared.url, session.verify, None)
+            self._pools[origin] = pool
+        return pool
 
     def _build(self, base_url: str) -> requests.Session:
         session = requests.Session()
@@ -116,3 +152,40 @@ def json_object(content: bytes | str) -> dict | None:
     except (ValueError, RecursionError):
         return None
     return body if isinstance(body, dict) else None
+
+
+class Answer:
+    """What the upstream transport reads of an answer, over urllib3's response: the part of
+    requests.Response it uses (status, headers, the raw body, closing)."""
+
+    def __init__(self, raw):
+        self.raw = raw
+        self.status_code = raw.status
+        self.headers = raw.headers  # case-insensitive, as requests' are
+
+    def close(self) -> None:
+        # As requests does: a body read to its end has given its connection back to the pool already;
+        # one left unread is dropped, so the upstream sees the close (a stream a client left).
+        self.raw.close()
+        self.raw.release_conn()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+
+def _as_requests_error(exc: Exception) -> Exception:
+    """urllib3's error as requests' adapter raises it, so callers tell a timeout from a refusal the same
+    way on either path (NewConnectionError, a refused connection or an unknown host, is a
+    ConnectTimeoutError to urllib3)."""
+    if isinstance(exc, (NewConnectionError, ProtocolError)):
+        return requests.ConnectionError(exc)
+    if isinstance(exc, ConnectTimeoutError):
+        return requests.ConnectTimeout(exc)
+    if isinstance(exc, ReadTimeoutError):
+        return requests.ReadTimeout(exc)
+    if isinstance(exc, SSLError):
+        return requests.exceptions.SSLError(exc)
+    return requests.ConnectionError(exc)

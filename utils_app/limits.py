@@ -1,12 +1,14 @@
-"""The limit on keyless operations: PUBLIC_RATE_LIMIT requests per client address."""
+"""Limits per client address: keyless operations (PUBLIC_RATE_LIMIT) and failed authentications."""
 import ipaddress
 import logging
+import time
 
 from django.conf import settings
 from django_ratelimit.core import get_usage
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
+from utils_app import windows
 from utils_app.errors import RateLimited
 
 log = logging.getLogger("gateway.limits")
@@ -59,3 +61,58 @@ class PublicAPIView(APIView):
     """Base for operations that need no key: limited per client address instead."""
 
     throttle_classes = [PublicRateThrottle]
+
+
+# ---------------------------------------------------------------- failed authentications
+
+# Addresses this process saw go over AUTH_FAILURES_PER_MINUTE: address -> time.monotonic() at which
+# their minute ends. Only the failures are counted in the shared cache; this map is what lets the
+# next guesses be refused without a round trip or a key lookup.
+_guessing: dict[str, float] = {}
+_MAX_GUESSING = 10_000  # beyond it the map starts over: a bound on memory, not an eviction policy
+
+
+def guessing_addresses() -> bool:
+    """Whether any address is refused here at all: when not, nothing else needs to be looked at."""
+    return bool(_guessing)
+
+
+def refuse_known_guesser(request) -> None:
+    """429 when the client's address went over the failed-authentication limit in its current minute."""
+    address = client_address(request)
+    until = _guessing.get(address)
+    if until is None:
+        return
+    left = until - time.monotonic()
+    if left <= 0:
+        _guessing.pop(address, None)
+        return
+    raise _too_many_failures(left)
+
+
+def count_failed_authentication(request) -> None:
+    """Count a failed authentication of the client's address (one round trip); 429 once over the limit.
+
+    The counter is shared by every worker and instance; a cache outage counts nothing.
+    """
+    address = client_address(request)
+    answer = windows.count_and_read(f"auth-failures:{address}", (60,))
+    if answer is None:
+        return
+    [minute] = answer.windows
+    if minute.count > settings.AUTH_FAILURES_PER_MINUTE:
+        if len(_guessing) >= _MAX_GUESSING:
+            _guessing.clear()
+        _guessing[address] = time.monotonic() + minute.reset_seconds
+        raise _too_many_failures(minute.reset_seconds)
+
+
+def _too_many_failures(seconds_left: float) -> RateLimited:
+    return RateLimited(f"Too many failed authentications from this address: the limit is "
+                       f"{settings.AUTH_FAILURES_PER_MINUTE} a minute.", code="too_many_failed_authentications",
+                       retry_after=max(1, round(seconds_left)))
+
+
+def forget_guessers() -> None:
+    """Forget the refused addresses of this process (tests)."""
+    _guessing.clear()

@@ -9,13 +9,16 @@ per greenlet. Threads the service starts itself (the ledger sweeper) begin with 
 empty context, so their lines carry no request's id.
 
 ``RequestLine`` gathers what the summary line reports as the request goes on (the
-metering fills in the model, tokens and credits); the middleware writes it once, when
-the response has been sent, or for a stream when the stream ends. Only the key's
-display prefix is ever in it, never the secret.
+metering fills in the model, tokens and credits; every error answer its reason); the
+middleware writes it once, when the response has been sent, or for a stream when the
+stream ends. It is the service's access log: one line per request, which names the
+route, never the path or its query string (a media file's name is its credential; a
+query may carry anything). Only the key's display prefix is ever in it, never the secret.
 """
 import contextvars
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -26,30 +29,37 @@ log = logging.getLogger("gateway.requests")
 @dataclass
 class RequestLine:
     request_id: str
+    client_request_id: str = ""  # the client's own X-Request-ID, kept beside ours (utils_app.request_ids)
     method: str = ""
     operation: str = ""  # the route's name: a bounded set
     model: str = ""  # a catalog model id, once the request resolved one
     key: str = ""  # the key's display prefix
     status: int | None = None  # a failure's status, set by the metering (a stream already answered 200)
+    client: str = ""  # the client's address, as the per-address limits count it
     credits: int = 0  # credits the request was charged for good (refunds leave 0)
     input_tokens: int = 0
     output_tokens: int = 0
     upstream_seconds: float = 0.0
+    attempts: list = field(default_factory=list)  # failed attempts at deployments: "provider#id:code"
+    error: str = ""  # the reason of a refusal or failure: its code and message (record_error)
     started: float = field(default_factory=time.perf_counter)
 
-    def fields(self, status: int) -> dict:
-        return {"key": self.key, "method": self.method, "operation": self.operation, "model": self.model,
-                "status": status, "credits": self.credits, "input_tokens": self.input_tokens,
+    def fields(self, status: int, *, sent: int | None = None) -> dict:
+        return {"client_request_id": self.client_request_id or None, "key": self.key, "method": self.method,
+                "operation": self.operation, "model": self.model, "status": status, "credits": self.credits,
+                "input_tokens": self.input_tokens,
                 "output_tokens": self.output_tokens, "upstream_ms": round(self.upstream_seconds * 1000, 1),
-                "total_ms": round((time.perf_counter() - self.started) * 1000, 1)}
+                "total_ms": round((time.perf_counter() - self.started) * 1000, 1), "bytes": sent,
+                "client": self.client, "error": self.error if self.error and status >= 400 else None,
+                **({"failed_attempts": list(self.attempts)} if self.attempts else {})}
 
 
 _current: contextvars.ContextVar[RequestLine | None] = contextvars.ContextVar("gateway_request", default=None)
 
 
-def begin(request_id: str, *, method: str = "") -> RequestLine:
+def begin(request_id: str, *, method: str = "", client_request_id: str = "") -> RequestLine:
     """Start the line of a new request in the current context (the request's thread or greenlet)."""
-    line = RequestLine(request_id=request_id, method=method)
+    line = RequestLine(request_id=request_id, client_request_id=client_request_id, method=method)
     # Not reset when the request ends: Django logs a failed request's status after the
     # middleware returned, and that line should carry the id too. The next request replaces it.
     _current.set(line)
@@ -66,15 +76,52 @@ def current_request_id() -> str:
     return line.request_id if line is not None else ""
 
 
-def write(line: RequestLine, status: int) -> None:
-    """The request's one summary line, under its own id whatever the context holds when a stream ends."""
+# What of an error's message the summary keeps: one line (no control characters a client could use
+# to forge another log line), and not a whole essay.
+MAX_ERROR_CHARS = 300
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
+
+
+def record_error(code: str | None, message: str) -> None:
+    """The reason of the error answer being built (errors.GatewayError.body), for the request's summary
+    line; a request that ends well after all (status below 400) is not said to have failed.
+
+    The message is the one the client gets (GatewayError messages are written to be safe to
+    show, secrets scrubbed from any upstream text), so it is safe for the log too, and the
+    operator reads what the client read.
+    """
+    line = _current.get()
+    if line is not None:
+        line.error = _CONTROL.sub(" ", f"{code}: {message}" if code else message)[:MAX_ERROR_CHARS]
+
+
+def write(line: RequestLine, status: int, *, sent: int | None = None) -> None:
+    """The request's one summary line, under its own id whatever the context holds when a stream ends.
+
+    ``sent`` is the bytes of the body sent (None when unknown, as for a file of unknown length).
+    """
     if not log.isEnabledFor(logging.INFO):
         return
-    fields = line.fields(status)
-    log.info("%s %s %s %s credits=%s tokens=%s/%s upstream=%sms total=%sms key=%s", fields["method"],
-             fields["operation"] or "-", fields["model"] or "-", status, fields["credits"], fields["input_tokens"],
-             fields["output_tokens"], fields["upstream_ms"], fields["total_ms"], fields["key"] or "-",
+    fields = line.fields(status, sent=sent)
+    log.info("%s %s %s %s credits=%s tokens=%s/%s upstream=%sms total=%sms key=%s bytes=%s client=%s%s%s%s",
+             fields["method"], fields["operation"] or "-", fields["model"] or "-", status, fields["credits"],
+             fields["input_tokens"], fields["output_tokens"], fields["upstream_ms"], fields["total_ms"],
+             fields["key"] or "-", "-" if sent is None else sent, fields["client"] or "-",
+             f" failed_attempts={','.join(line.attempts)}" if line.attempts else "",
+             f" client_request_id={line.client_request_id}" if line.client_request_id else "",
+             f' error="{fields["error"]}"' if fields["error"] else "",
              extra={"request_fields": fields, "request_id": line.request_id})
+
+
+class SummarisedResponses(logging.Filter):
+    """On Django's "django.request" logger: drops its "Bad Gateway: /v1/…" line for an error answer.
+
+    Every request's summary line already says it, with the reason, which Django's line lacks. A
+    record that carries an exception (an uncaught error's traceback) is kept: it is the only one.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.exc_info is not None or not hasattr(record, "status_code")
 
 
 class RequestIdFilter(logging.Filter):

@@ -9,7 +9,7 @@ management commands, tests) the counts are the process's own.
 The calls below run on the request path, so they do nothing but a few float
 additions in those mmapped files: no I/O, no query, no network (about 15 µs per
 request in all; docs/operations.md). Label values come only from bounded sets:
-route names, catalog model ids, provider names, HTTP statuses and fixed words.
+route names, catalog model ids, provider names, deployment ids, HTTP statuses and fixed words.
 Never a key, a prefix or a request id: each distinct value is a series that
 Prometheus keeps, and a key in a label would be a secret in the monitoring system.
 """
@@ -48,6 +48,19 @@ LIMIT_REJECTIONS = Counter("gateway_limit_rejections", "Requests refused with 42
 UPSTREAM_ERRORS = Counter("gateway_upstream_errors", "Failed upstream calls, by provider and kind: timeout, "
                           "unavailable (5xx, unreachable, unusable answer), rate_limited, rejected (4xx), "
                           "internal.", ["provider", "kind"])
+UPSTREAM_ATTEMPTS = Counter("gateway_upstream_attempts", "Attempts of requests at deployments, by model, "
+                            "provider, deployment id and outcome: success, failure, timeout, rate_limited, "
+                            "credential_rejected (the secret is disabled), not_configured, rejected (the request's "
+                            "own fault).", ["model", "provider", "deployment", "outcome"])
+COOLDOWNS = Counter("gateway_deployment_cooldowns", "Cooldowns started: a deployment taken out of rotation for "
+                    "a while after failures or an upstream 429.", ["model", "provider", "deployment"])
+DISABLES = Counter("gateway_deployment_disables", "Deployments disabled because the upstream refused their "
+                   "secret or has no credit left.", ["provider"])
+NO_DEPLOYMENT = Counter("gateway_no_deployment", "Requests answered 502 without any upstream call because "
+                        "every deployment of their model is disabled.", ["model"])
+TTFB = Histogram("gateway_upstream_ttfb_seconds", "Time to first byte of successful attempts, by deployment "
+                 "(a stream: until its commit point; other calls: the whole answer).",
+                 ["model", "provider", "deployment"], buckets=UPSTREAM_BUCKETS)
 OPEN_STREAMS = Gauge("gateway_open_streams", "Event streams being relayed right now.",
                      multiprocess_mode="livesum")
 
@@ -82,6 +95,24 @@ def upstream_failed(*, provider: str, kind: str) -> None:
     _child(UPSTREAM_ERRORS, provider, kind).inc()
 
 
+def attempted(*, model: str, provider: str, deployment: int, outcome: str, seconds: float | None = None) -> None:
+    _child(UPSTREAM_ATTEMPTS, model, provider, str(deployment), outcome).inc()
+    if seconds is not None:
+        _child(TTFB, model, provider, str(deployment)).observe(seconds)
+
+
+def cooled(*, model: str, provider: str, deployment: int) -> None:
+    _child(COOLDOWNS, model, provider, str(deployment)).inc()
+
+
+def disabled(*, provider: str) -> None:
+    _child(DISABLES, provider).inc()
+
+
+def no_deployment(*, model: str) -> None:
+    _child(NO_DEPLOYMENT, model).inc()
+
+
 def settled(*, model: str, credits: int, input_tokens: int, output_tokens: int) -> None:
     _child(CREDITS_CHARGED, model).inc(credits)
     if input_tokens:
@@ -102,7 +133,7 @@ def reset() -> None:
     """Every count of this process back to nothing (tests; in multiprocess mode the files hold the counts)."""
     _children.clear()
     for metric in (REQUESTS, ADDED_LATENCY, UPSTREAM_LATENCY, CREDITS_CHARGED, CREDITS_REFUNDED, TOKENS,
-                   LIMIT_REJECTIONS, UPSTREAM_ERRORS):
+                   LIMIT_REJECTIONS, UPSTREAM_ERRORS, UPSTREAM_ATTEMPTS, COOLDOWNS, DISABLES, NO_DEPLOYMENT, TTFB):
         metric.clear()
     OPEN_STREAMS.set(0)
 

@@ -1,4 +1,4 @@
-"""The project's own middleware: request ids, the body size limit, and the browser middleware kept off the API.
+"""The project's own middleware: request ids, reading the body, and the browser middleware kept off the API.
 
 Sessions, CSRF, the staff login and flash messages serve the admin UI and the landing
 page. The JSON API (API_PATH_PREFIXES: ``/v1/`` and ``/utils/``) authenticates with
@@ -7,18 +7,24 @@ nothing but cost time on every metered request. The subclasses below run Django'
 own middleware everywhere else, unchanged; being subclasses, they also satisfy the
 admin's checks that the originals are installed.
 """
+import io
+import socket
 import time
 
+import gevent
 from django.conf import settings
 from django.contrib.auth.middleware import AuthenticationMiddleware as DjangoAuthenticationMiddleware
 from django.contrib.messages.middleware import MessageMiddleware as DjangoMessageMiddleware
 from django.contrib.sessions.middleware import SessionMiddleware as DjangoSessionMiddleware
+from django.core.handlers.wsgi import LimitedStream
 from django.middleware.csrf import CsrfViewMiddleware as DjangoCsrfViewMiddleware
+from gevent import monkey
 
 from utils_app import logging as request_log
 from utils_app import metrics
-from utils_app.errors import RequestTooLarge, json_error
-from utils_app.request_ids import request_id
+from utils_app.errors import ClientError, InvalidRequest, RequestTooLarge, json_error
+from utils_app.limits import client_address
+from utils_app.request_ids import client_request_id, request_id
 
 
 class RequestIdMiddleware:
@@ -33,11 +39,15 @@ class RequestIdMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        line = request_log.begin(request_id(request), method=request.method)
+        line = request_log.begin(request_id(request), method=request.method,
+                                 client_request_id=client_request_id(request))
         response = self.get_response(request)
         response["X-Request-ID"] = line.request_id
+        if line.client_request_id:
+            response["X-Client-Request-ID"] = line.client_request_id
         match = getattr(request, "resolver_match", None)
         line.operation = (match.url_name if match else None) or "other"
+        line.client = client_address(request)
         if is_api_path(request):
             # Set by bearer authentication; on these paths nothing else sets request.user.
             line.key = getattr(vars(request).get("user"), "prefix", "") or ""
@@ -45,9 +55,9 @@ class RequestIdMiddleware:
                                upstream_seconds=line.upstream_seconds)
         if _relayed(response):
             response.streaming_content = _EndsWith(response.streaming_content,
-                                                   lambda: _finish(line, response.status_code))
+                                                   lambda sent: _finish(line, response.status_code, sent))
         else:
-            _finish(line, response.status_code)
+            _finish(line, response.status_code, 0 if request.method == "HEAD" else _body_bytes(response))
         return response
 
 
@@ -56,55 +66,146 @@ def _relayed(response) -> bool:
     return response.streaming and not response.is_async and getattr(response, "file_to_stream", None) is None
 
 
-def _finish(line: request_log.RequestLine, status: int) -> None:
+def _body_bytes(response) -> int | None:
+    if response.streaming:  # a served file: the length FileResponse found for it, if it could
+        length = response.get("Content-Length")
+        return int(length) if length and length.isdigit() else None
+    return len(response.content)
+
+
+def _finish(line: request_log.RequestLine, status: int, sent: int | None) -> None:
     status = line.status or status
     metrics.request_answered(operation=line.operation, model=line.model, status=status)
-    request_log.write(line, status)
+    request_log.write(line, status, sent=sent)
 
 
 class _EndsWith:
-    """A streamed body that calls ``finish`` once: after its last chunk, or when the server closes it early."""
+    """A streamed body that calls ``finish`` once with the bytes it gave: after its last chunk, or when
+    the server closes it early."""
 
     def __init__(self, chunks, finish):
         self._chunks = iter(chunks)
         self._finish = finish
+        self._sent = 0
 
     def __iter__(self):
         return self
 
     def __next__(self):
         try:
-            return next(self._chunks)
+            chunk = next(self._chunks)
         except StopIteration:
             self.close()
             raise
+        self._sent += len(chunk)
+        return chunk
 
     def close(self) -> None:
         # Django closes the original body (which settles an unfinished stream) before this one.
         finish, self._finish = self._finish, None
         if finish is not None:
-            finish()
+            finish(self._sent)
 
 
 class BodySizeLimitMiddleware:
-    """Answer 413 from the Content-Length alone, before any body byte is read.
+    """Read the request body here, whole, bounded in size and in time, before anything else does.
 
-    Chunked bodies without a length are caught later by Django's own
-    DATA_UPLOAD_MAX_MEMORY_SIZE check, which the error handler also maps to 413.
+    - A Content-Length over MAX_REQUEST_BYTES is a 413 before any body byte is read.
+    - A body sent with ``Transfer-Encoding: chunked`` has no Content-Length, and Django
+      alone reads such a body as empty. It is read here, at most MAX_REQUEST_BYTES + 1
+      bytes (that one more is a 413), and handed on with its length like any other.
+    - The whole body must arrive within BODY_READ_SECONDS (408): a client that sends less
+      than it announced, or drips it, must not hold a worker's connection. A body that
+      ends before its Content-Length, or a malformed chunk, is a 400.
+
+    Django reads the body from the request's ``_stream``; what was read is put there.
     """
 
     def __init__(self, get_response):
         self.get_response = get_response
         self.limit = settings.MAX_REQUEST_BYTES
+        self.seconds = settings.BODY_READ_SECONDS
 
     def __call__(self, request):
+        meta = request.META
         try:
-            length = int(request.META.get("CONTENT_LENGTH") or 0)
+            length = int(meta.get("CONTENT_LENGTH") or 0)
         except ValueError:
             length = 0
         if length > self.limit:
             return json_error(RequestTooLarge(f"The request body is larger than {self.limit} bytes."))
+        chunked = not meta.get("CONTENT_LENGTH") and "chunked" in meta.get("HTTP_TRANSFER_ENCODING", "").lower()
+        if length <= 0 and not chunked:
+            return self.get_response(request)
+        source, wanted = (meta["wsgi.input"], self.limit + 1) if chunked else (request._stream, length)
+        try:
+            body = _read_within(request, source, wanted, seconds=self.seconds)
+        except TimeoutError:
+            _stop_reading(request)
+            return json_error(ClientError(f"The request body did not arrive within {self.seconds:g} seconds.",
+                                          status=408, code="request_timeout"))
+        # A reset connection, or the server's own parse error for a malformed chunk (which has no
+        # common base to name without importing the server): the client's bytes are unusable.
+        except Exception:  # noqa: BLE001
+            _stop_reading(request)
+            return json_error(InvalidRequest("The request body could not be read.", code="invalid_body"))
+        if len(body) > self.limit:
+            return json_error(RequestTooLarge(f"The request body is larger than {self.limit} bytes."))
+        if not chunked and len(body) < length:
+            _stop_reading(request)
+            return json_error(InvalidRequest(f"The request body ended after {len(body)} of the {length} bytes its "
+                                             "Content-Length announced.", code="invalid_body"))
+        request._stream = LimitedStream(io.BytesIO(body), len(body))
+        meta["CONTENT_LENGTH"] = str(len(body))
         return self.get_response(request)
+
+
+_READ_SIZE = 64 * 1024
+
+
+def _read_within(request, source, wanted: int, *, seconds: float) -> bytes:
+    """Up to ``wanted`` bytes of ``source``, all of them within ``seconds`` (TimeoutError otherwise)."""
+    deadline = time.monotonic() + seconds
+    parts, got = [], 0
+    while got < wanted:
+        part = _one_read(request, source, min(_READ_SIZE, wanted - got), deadline)
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
+
+
+def _one_read(request, source, size: int, deadline: float) -> bytes:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError
+    if monkey.is_module_patched("socket"):
+        # A gevent worker: the timeout interrupts this greenlet's wait wherever it is, so the
+        # deadline holds for the whole body however it is dripped.
+        with gevent.Timeout(left, TimeoutError):
+            return source.read(size)
+    sock = request.META.get("gunicorn.socket")
+    if sock is None:  # not served by gunicorn (the test client): the bytes are all there
+        return source.read(size)
+    # A thread worker: the socket waits at most until the deadline for each piece. A client
+    # dripping bytes into one read can outlast it by that read only; the next one is refused.
+    previous = sock.gettimeout()
+    sock.settimeout(left)
+    try:
+        return source.read(size)
+    finally:
+        sock.settimeout(previous)
+
+
+def _stop_reading(request) -> None:
+    """After an unfinished body, the server must not read its rest as the next request: end the reading side."""
+    sock = request.META.get("gunicorn.socket")
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RD)
+        except OSError:
+            pass
 
 
 def is_api_path(request) -> bool:

@@ -27,16 +27,18 @@ ErrorBody = inline_serializer(
 )
 
 _MEANING = {
-    400: "Bad request (invalid_json, missing_field, invalid_value, unknown_parameter, model_type_mismatch)",
+    400: "Bad request (invalid_json, invalid_body, missing_field, invalid_value, unknown_parameter, "
+         "model_type_mismatch)",
     401: "Missing, invalid or revoked key (missing_api_key, invalid_api_key, admin_required)",
     402: "Not enough credits (insufficient_credits)",
     403: "The key's tier may not use the model (model_not_allowed)",
     404: "Not found (model_not_found, key_not_found, …)",
     405: "Method not allowed",
+    408: "The request body did not arrive within BODY_READ_SECONDS (request_timeout)",
     409: "The request with this Idempotency-Key is still in flight (idempotency_conflict)",
     413: "Request body too large (request_too_large)",
     422: "This Idempotency-Key was used with a different body (idempotency_mismatch)",
-    429: "Rate limit exceeded (rate_limit_exceeded; Retry-After header)",
+    429: "Rate limit exceeded (rate_limit_exceeded, too_many_failed_authentications; Retry-After header)",
     500: "Unexpected server error (internal_error)",
     502: "Upstream unavailable (upstream_unavailable)",
     503: "A dependency is not configured or down (service_unavailable: the database; Retry-After header)",
@@ -125,7 +127,8 @@ def add_shared_errors(result, generator, request, public):
 
     Views list the errors their own logic raises; these are the same everywhere:
     500 (anything unexpected) and 503 (the database down or its pool exhausted) on
-    every JSON operation, 413 where there is a body, 429 where a throttle runs, and
+    every JSON operation, 408 and 413 where there is a body, 429 where a throttle runs or a key is
+    authenticated (unknown keys are limited per client address, utils_app.limits), and
     Idempotency-Key with its 409 and 422 on every operation that charges credits (402).
     It also merges the serializers' schema_rules into their components.
     """
@@ -145,10 +148,12 @@ def add_shared_errors(result, generator, request, public):
             statuses = [500, 503]
             if "requestBody" in operation:
                 # Every body is parsed as a JSON object; an absent one is invalid_json, even where
-                # all its members are optional.
-                operation["requestBody"]["required"] = True
-                statuses.append(413)
-            if getattr(views.get((path, method)), "throttle_classes", None):
+                # all its members are optional, unless the view says it may be left out.
+                optional = getattr(views.get((path, method)), "optional_body", False)
+                operation["requestBody"]["required"] = not optional
+                statuses += [408, 413]
+            view = views.get((path, method))
+            if getattr(view, "throttle_classes", None) or getattr(view, "authentication_classes", None):
                 statuses.append(429)
             if "402" in responses:
                 statuses += [409, 422]

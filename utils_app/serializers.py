@@ -141,6 +141,19 @@ class StrictJsonObjectField(serializers.Field):
         return value
 
 
+class StrictListField(serializers.ListField):
+    """A JSON array, its items checked by ``child``; messages in the words of the other strict fields."""
+
+    default_error_messages = {"not_a_list": "Must be an array.", "empty": "Must not be empty.",
+                              "min_length": "Must have at least {min_length} items.",
+                              "max_length": "Must have at most {max_length} items."}
+
+    def __init__(self, **kwargs):
+        if kwargs.get("min_length") == 1:  # not "at least 1 items"
+            kwargs.setdefault("error_messages", {})["min_length"] = self.default_error_messages["empty"]
+        super().__init__(**kwargs)
+
+
 def optional(field_class, **kwargs):
     """A member that may be left out or sent as null (which then counts as not sent)."""
     kwargs.setdefault("required", False)

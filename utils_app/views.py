@@ -6,7 +6,7 @@ import time
 from corsheaders.middleware import CorsMiddleware
 from django.conf import settings
 from django.core.cache import cache
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from utils_app import neko
+from utils_app.db import unavailable_cause
 from utils_app.limits import PublicAPIView, PublicRateThrottle
 from utils_app.models import Fact
 from utils_app.schema import error_responses
@@ -27,7 +28,8 @@ def _check(probe) -> dict:
     try:
         probe()
     except Exception as exc:  # the point of a health check is to report, not to raise
-        log.warning("health check failed: %s", exc.__class__.__name__)
+        log.warning("health check failed: %s", unavailable_cause(exc) if isinstance(exc, DatabaseError)
+                    else exc.__class__.__name__)
         return {"status": "down", "error": exc.__class__.__name__}
     return {"status": "up", "latency_ms": round((time.perf_counter() - started) * 1000, 2)}
 
@@ -186,7 +188,19 @@ class SchemaView(SpectacularJSONAPIView):
         return Response(data, headers=headers)
 
 
-class DocsView(SpectacularSwaggerView):
+class HtmlPage:
+    """An HTML page among the API views (the landing page, /docs).
+
+    DRF answers OPTIONS with its metadata as a Response, which an HTML renderer would render
+    with the page's own template and context missing (a 500): the Allow header DRF adds is the
+    whole answer. Refusals (a 429, a 503) are rendered with templates/api_exception.html.
+    """
+
+    def options(self, request, *args, **kwargs):
+        return HttpResponse()
+
+
+class DocsView(HtmlPage, SpectacularSwaggerView):
     """GET /docs: Swagger UI served from our own static files (drf-spectacular-sidecar), no CDN."""
 
     throttle_classes = [PublicRateThrottle]

@@ -10,7 +10,6 @@ why gunicorn_conf refuses more than one without REDIS_URL.
 Each name's windows are shifted by a stable offset, so windows of different keys
 do not all reset on the same second.
 """
-import logging
 import threading
 import time
 import zlib
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.core.cache import cache
 
-log = logging.getLogger("gateway.limits")
+from utils_app import shared
 
 # ARGV[1] is the number of windows n. KEYS[1..n] are their counters and ARGV[2..n+1] their
 # expiries. With one more name (KEYS[n+1]) its value is returned after the counts; a name with
@@ -89,45 +88,48 @@ class _MemoryCounters:
 
 
 _memory = _MemoryCounters()
-_last_warning = 0.0
 
 
-def count_and_read(name: str, periods: tuple[int, ...], read: str | None = None,
-                   default: str = "") -> tuple[list[Window], str | None] | None:
+@dataclass(frozen=True)
+class Counted:
+    windows: list[Window]
+    value: str | None  # the value of ``read``: None without a shared cache or without ``read``
+    also: list  # the answers of the ``also`` ops (utils_app.shared)
+
+
+def count_and_read(name: str, periods: tuple[int, ...], read: str | None = None, default: str = "",
+                   also: list[shared.Op] = ()) -> Counted | None:
     """Count one event in each window of ``name`` and, in the same round trip, read the shared
-    cache's value of ``read`` (set to ``default`` when it has none). The value is None without a
-    shared cache or without ``read``; the whole answer is None when the shared cache cannot be
-    reached."""
+    cache's value of ``read`` (set to ``default`` when it has none) and run the ``also`` ops.
+    None when the shared cache cannot be reached."""
     now = time.time()
     positions = [_position(name, period, now) for period in periods]
     value = None
     if not settings.SHARED_CACHE:
         counts = _memory.increment([(name, period, bucket) for period, (bucket, _) in zip(periods, positions)], now)
+        answers = shared.memory.run(list(also))
     else:
         keys = [cache.make_key(f"w:{name}:{period}:{bucket}") for period, (bucket, _) in zip(periods, positions)]
         args = [len(periods), *(left + 1 for _, left in positions)]
         if read is not None:
             keys.append(cache.make_key(read))
             args.append(default)
+        also = list(also)
         try:
-            counts = cache.run_script(_INCREMENT_ALL, keys=keys, args=args)
+            counts, replies = cache.run_script(_INCREMENT_ALL, keys=keys, args=args,
+                                               then=(lambda pipe: shared.queue(pipe, also)) if also else None)
         except Exception as exc:  # a cache outage must never refuse service: limits fail open
-            _warn(exc)
+            shared.warn_unreachable(exc)
             return None
+        answers = shared.answers(also, replies)
         if read is not None:
             value = counts[-1].decode() if isinstance(counts[-1], bytes) else counts[-1]
             counts = counts[:-1]
-    return [Window(count=int(n), reset_seconds=left) for n, (_, left) in zip(counts, positions)], value
-
-
-def _warn(exc: Exception) -> None:
-    # One line every ten seconds per process, not a traceback per request.
-    global _last_warning
-    if time.monotonic() - _last_warning > 10:
-        _last_warning = time.monotonic()
-        log.warning("shared cache unreachable (%s); request limits are not enforced meanwhile", type(exc).__name__)
+    return Counted([Window(count=int(n), reset_seconds=left) for n, (_, left) in zip(counts, positions)], value,
+                   answers)
 
 
 def reset() -> None:
     """Forget the in-process counters (tests)."""
     _memory.clear()
+    shared.reset()

@@ -513,6 +513,8 @@ class Result:
     complete: bool = False  # the whole answer arrived: a JSON body, or a stream through [DONE] with no error event
     done: bool = False  # a stream's [DONE] arrived (after an error event too)
     hung_up: bool = False  # the client left the stream on purpose
+    delivered: bool = False  # a stream's content reached the client (an event before any error event)
+    remaining: int | None = None  # the balance the answer's X-Remaining-Credits told the client
 
     @property
     def succeeded(self) -> bool:
@@ -521,8 +523,10 @@ class Result:
     @property
     def charged(self) -> bool:
         """Whether the contract says this request costs its price: an answer served (a client that
-        leaves a stream still pays for it), never a refusal or a failure."""
-        return self.succeeded or self.hung_up
+        leaves a stream still pays for it, and so does one whose stream the gateway ended with an error
+        event after content reached it), never a refusal or a failure before the first content. A
+        stream cut with no error event is a worker that died: its charge is the sweeper's to refund."""
+        return self.succeeded or self.hung_up or (self.delivered and self.code in ERROR_EVENT_CODES)
 
     @property
     def outcome(self) -> str:
@@ -591,9 +595,11 @@ def _read_stream(response: requests.Response, result: Result, *, hang_up: bool) 
                 done = True
             elif data.startswith(b'{"error"'):
                 result.code = (json.loads(data).get("error") or {}).get("code")
-            elif hang_up:
-                result.hung_up = True
-                return
+            else:
+                result.delivered = True
+                if hang_up:
+                    result.hung_up = True
+                    return
     except requests.RequestException as exc:
         result.code = type(exc).__name__
         return
@@ -664,6 +670,8 @@ class Load:
                                     timeout=(DEADLINE, DEADLINE))
             result.status = response.status_code
             result.retry_after = response.headers.get("Retry-After")
+            if (response.headers.get("X-Remaining-Credits") or "").isdigit():
+                result.remaining = int(response.headers["X-Remaining-Credits"])
             if call.stream and response.status_code == 200:
                 _read_stream(response, result, hang_up=self.lanes[index].hangs_up and self.hang_up.is_set())
             elif response.status_code == 200:

@@ -22,7 +22,7 @@ from django.db import connection
 
 from keys.models import TIERS
 from models_catalog import catalog
-from models_catalog.models import AiModel, Provider
+from models_catalog.models import AiModel, Deployment, Provider
 from tests.conftest import bearer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,6 +93,7 @@ class Reply:
     content_type: str = "application/json"
     delay: float = 0.0
     stream: list | None = None
+    headers: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -187,6 +188,8 @@ class FakeUpstream:
                 self.send_response(reply.status)
                 self.send_header("Content-Type", reply.content_type)
                 self.send_header("Content-Length", str(len(reply.body)))
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(reply.body)
 
@@ -240,8 +243,8 @@ class FakeUpstream:
     def json(self, path: str, body: dict, *, status: int = 200, delay: float = 0.0):
         self.replies[path] = Reply(status, json.dumps(body).encode(), "application/json", delay)
 
-    def raw(self, path: str, body: bytes, *, content_type: str, status: int = 200):
-        self.replies[path] = Reply(status, body, content_type)
+    def raw(self, path: str, body: bytes, *, content_type: str, status: int = 200, headers: dict | None = None):
+        self.replies[path] = Reply(status, body, content_type, headers=headers or {})
 
     def sse(self, path: str, steps: list, *, status: int = 200):
         self.replies[path] = Reply(status, stream=steps)
@@ -315,16 +318,34 @@ def add_provider(name: str, base_url: str, *, timeout: float = 3.0, api_key_env:
                                    timeout=timeout)
 
 
-def add_models(provider: Provider, *, prefix: str = "fake", fallbacks=(), cost: int = 1, tiers=TIERS) -> dict:
-    """One model of each type on the provider: {operation: model id}."""
+def add_models(provider: Provider, *, prefix: str = "fake", fallbacks=(), cost: int = 1, tiers=TIERS,
+               **model_fields) -> dict:
+    """One model of each type on the provider, with the providers named in ``fallbacks`` as further
+    deployments at priorities 2, 3… (the older catalog form): {operation: model id}."""
     ids = {}
+    chain = [provider, *(Provider.objects.get(name=name) for name in fallbacks)]
     for operation in OPERATIONS:
         model_id = f"{prefix}-{operation}"
-        AiModel.objects.create(model_id=model_id, type=operation, owned_by="fake", cost=cost, tiers=list(tiers),
-                               provider=provider, upstream_model=f"up-{operation}", fallbacks=list(fallbacks))
+        model = AiModel.objects.create(model_id=model_id, type=operation, owned_by="fake", cost=cost,
+                                       tiers=list(tiers), **model_fields)
+        for priority, member in enumerate(chain, start=1):
+            for secret_env in member.secret_envs():
+                Deployment.objects.create(model=model, provider=member, secret_env=secret_env,
+                                          upstream_model=f"up-{operation}", priority=priority)
         ids[operation] = model_id
     catalog.invalidate()
     return ids
+
+
+# The shipped catalog gives local-image and local-speech only to the paid tiers (docs/catalog.md); a
+# test that runs every local model uses a key of the first of them.
+LOCAL_TIER = "augmented"
+
+
+@pytest.fixture
+def local_key(make_key):
+    """A key whose tier may use every local model of the shipped catalog, with 100 credits."""
+    return make_key(tier=LOCAL_TIER, credits=100, max_credits=100)
 
 
 @pytest.fixture

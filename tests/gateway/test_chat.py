@@ -64,6 +64,26 @@ def test_usage_tokens_come_from_the_upstream_report(client, fake_models, upstrea
     assert (event.input_tokens, event.output_tokens, event.provider) == (123, 45, "fake")
 
 
+def test_usage_records_the_cached_part_of_the_prompt(client, fake_models, upstream, free_key):
+    _, secret = free_key
+    answer = chat_completion(prompt_tokens=1200, completion_tokens=5)
+    answer["usage"]["prompt_tokens_details"] = {"cached_tokens": 1024}
+    upstream.json("/chat/completions", answer)
+    response = post(client, PATH, {"model": "fake-chat", "messages": HELLO}, secret)
+    assert response.json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 1024}
+    event = UsageEvent.objects.get()
+    assert (event.input_tokens, event.cached_tokens, event.output_tokens) == (1200, 1024, 5)
+
+
+def test_a_cached_count_above_the_prompt_is_not_believed_past_it(client, fake_models, upstream, free_key):
+    _, secret = free_key
+    answer = chat_completion(prompt_tokens=10, completion_tokens=5)
+    answer["usage"]["prompt_tokens_details"] = {"cached_tokens": 10**12}
+    upstream.json("/chat/completions", answer)
+    assert post(client, PATH, {"model": "fake-chat", "messages": HELLO}, secret).status_code == 200
+    assert UsageEvent.objects.get().cached_tokens == 10
+
+
 @pytest.mark.parametrize("messages, param, code", [
     ([], "messages", "invalid_value"),
     ("Hello", "messages", "invalid_value"),
@@ -83,6 +103,18 @@ def test_usage_tokens_come_from_the_upstream_report(client, fake_models, upstrea
 def test_bad_messages_are_named_by_dotted_path(client, seeded, free_key, messages, param, code):
     key, secret = free_key
     assert_error(post(client, PATH, {"model": "local-chat", "messages": messages}, secret), 400, code, param=param)
+    assert ApiKey.objects.get(pk=key.pk).credits == 100
+
+
+@pytest.mark.parametrize("messages, message", [
+    ([], "messages: Must not be empty."),
+    ("Hello", "messages: Must be an array."),
+])
+def test_a_bad_list_of_messages_is_refused_in_plain_words(client, seeded, free_key, messages, message):
+    key, secret = free_key
+    response = post(client, PATH, {"model": "local-chat", "messages": messages}, secret)
+    assert_error(response, 400, "invalid_value", param="messages")
+    assert response.json()["error"]["message"] == message
     assert ApiKey.objects.get(pk=key.pk).credits == 100
 
 
@@ -176,6 +208,19 @@ def test_a_successful_request_costs_two_statements_once_the_key_is_known(client,
 
 
 @pytest.mark.postgres
+def test_the_two_statements_are_prepared_on_the_connection_that_runs_them(client, seeded, free_key):
+    _, secret = free_key
+    body = {"model": "local-chat", "messages": HELLO}
+    for _ in range(2):
+        assert post(client, PATH, body, secret).status_code == 200
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0].lstrip() for row in cursor.fetchall()]
+    assert sorted(text.split()[0:2] for text in prepared if "keys_" in text) == [
+        ["WITH", "settled"], ["WITH", "taken"]]
+
+
+@pytest.mark.postgres
 def test_the_two_statements_send_their_parameters_apart_from_their_text(client, seeded, free_key):
     import psycopg
 
@@ -230,3 +275,11 @@ def test_openai_without_credentials_fails_fast_without_a_network_call(client, se
     assert "OPENAI_API_KEY is not set" in error["message"]
     assert ApiKey.objects.get(pk=key.pk).credits == 100
     assert UsageEvent.objects.get().success is False
+
+
+def test_a_developer_message_is_taken_and_forwarded_as_the_client_sent_it(client, fake_models, upstream, free_key):
+    _, secret = free_key
+    upstream.json("/chat/completions", chat_completion())
+    messages = [{"role": "developer", "content": "Answer in French."}, *HELLO]
+    assert post(client, PATH, {"model": "fake-chat", "messages": messages}, secret).status_code == 200
+    assert upstream.posts()[0].body["messages"][0] == {"role": "developer", "content": "Answer in French."}

@@ -6,13 +6,14 @@ refunded and recorded as a failed request.
 """
 import pytest
 
-from gateway import providers
+from gateway.upstream.local import LocalAdapter
 from keys.models import ApiKey
 from keys.services import update_key
 from models_catalog import catalog
 from models_catalog.models import AiModel, UsageEvent
 from tests.gateway.conftest import (
     LOCAL_BODIES,
+    LOCAL_TIER,
     OPERATIONS,
     add_models,
     add_provider,
@@ -154,10 +155,22 @@ def test_a_model_the_tier_may_not_use_is_model_not_allowed(client, operation, fr
     assert_untouched(key, 100)
 
 
+@pytest.mark.parametrize("heavy", ["image", "speech"])
+def test_the_shipped_catalog_keeps_the_heaviest_local_models_from_free_keys(client, seeded, free_key, local_key,
+                                                                            heavy):
+    key, secret = free_key
+    path, body = LOCAL_BODIES[heavy]
+    error = assert_error(post(client, path, body, secret), 403, "model_not_allowed", "permission_error",
+                         param="model")
+    assert error["message"] == f"Keys of the 'free' tier may not use the model '{body['model']}'."
+    assert_untouched(key, 100)
+    assert post(client, path, body, local_key[1]).status_code == 200
+
+
 # ---------------------------------------------------------------- 402 / 429
 
 def test_a_key_without_enough_credits_is_insufficient_credits(client, operation, make_key):
-    key, secret = make_key(credits=0, max_credits=10)
+    key, secret = make_key(tier=LOCAL_TIER, credits=0, max_credits=10)
     path, body = LOCAL_BODIES[operation]
     response = post(client, path, body, secret)
     assert_error(response, 402, "insufficient_credits", "insufficient_credits_error")
@@ -168,14 +181,14 @@ def test_a_key_without_enough_credits_is_insufficient_credits(client, operation,
 
 def test_images_cost_the_model_cost_times_n_so_a_short_balance_is_refused(client, seeded, make_key):
     # local-image costs 2: three images need 6 credits.
-    key, secret = make_key(credits=5, max_credits=10)
+    key, secret = make_key(tier=LOCAL_TIER, credits=5, max_credits=10)
     path, body = body_for("image", n=3)
     assert_error(post(client, path, body, secret), 402, "insufficient_credits", "insufficient_credits_error")
     assert_untouched(key, 5)
 
 
 def test_the_request_over_the_minute_limit_is_rate_limited(client, operation, make_key):
-    key, secret = make_key(credits=100, max_credits=100, rpm=1)
+    key, secret = make_key(tier=LOCAL_TIER, credits=100, max_credits=100, rpm=1)
     away_from_minute_edge(key)
     path, body = LOCAL_BODIES[operation]
     assert post(client, path, body, secret).status_code == 200
@@ -240,14 +253,14 @@ def test_an_unreachable_upstream_is_upstream_unavailable(client, operation, seed
     assert UsageEvent.objects.get().success is False
 
 
-def test_an_unexpected_failure_is_internal_error_without_details_and_refunded(client, operation, free_key,
+def test_an_unexpected_failure_is_internal_error_without_details_and_refunded(client, operation, local_key,
                                                                               monkeypatch):
     def explode(self, payload):
         raise RuntimeError("secret-internal-detail /srv/app")
 
     method = {"chat": "chat", "image": "images", "speech": "speech", "embedding": "embeddings"}[operation]
-    monkeypatch.setattr(providers.LocalProvider, method, explode)
-    key, secret = free_key
+    monkeypatch.setattr(LocalAdapter, method, explode)
+    key, secret = local_key
     path, body = LOCAL_BODIES[operation]
     response = post(client, path, body, secret)
     error = assert_error(response, 500, "internal_error", "server_error")

@@ -22,8 +22,8 @@ def charges(key) -> int:
 
 
 @pytest.mark.parametrize("operation", ["chat", "image", "speech", "embedding"])
-def test_a_retry_after_completion_is_charged_once_and_gets_the_first_answer(client, seeded, free_key, operation):
-    key, secret = free_key
+def test_a_retry_after_completion_is_charged_once_and_gets_the_first_answer(client, seeded, local_key, operation):
+    key, secret = local_key
     path, body = body_for(operation)
     first = post(client, path, body, secret, **with_key(f"retry-{operation}"))
     again = post(client, path, body, secret, **with_key(f"retry-{operation}"))

@@ -4,7 +4,6 @@ import struct
 from urllib.parse import urlsplit
 
 import pytest
-import responses
 
 from keys.models import ApiKey
 from models_catalog import catalog
@@ -24,8 +23,8 @@ def media_path(url: str) -> str:
     return urlsplit(url).path
 
 
-def test_url_results_are_stored_and_served_by_the_service(client, seeded, free_key, settings):
-    key, secret = free_key
+def test_url_results_are_stored_and_served_by_the_service(client, seeded, local_key, settings):
+    key, secret = local_key
     response = post(client, PATH, {"model": "local-image", "prompt": "a red fox", "n": 2, "size": "96x64"}, secret)
     assert response.status_code == 200, response.content
     body = response.json()
@@ -48,8 +47,8 @@ def test_url_results_are_stored_and_served_by_the_service(client, seeded, free_k
     assert (event.operation, event.credits_charged, event.success) == ("image", 4, True)
 
 
-def test_b64_json_results_come_inline_and_nothing_is_stored(client, seeded, free_key, settings):
-    _, secret = free_key
+def test_b64_json_results_come_inline_and_nothing_is_stored(client, seeded, local_key, settings):
+    _, secret = local_key
     response = post(client, PATH, {"model": "local-image", "prompt": "a fox", "size": "64x80",
                                    "response_format": "b64_json"}, secret)
     item = response.json()["data"][0]
@@ -58,16 +57,16 @@ def test_b64_json_results_come_inline_and_nothing_is_stored(client, seeded, free
     assert not (settings.MEDIA_ROOT / "images").exists()
 
 
-def test_urls_use_the_public_base_url_when_it_is_set(client, seeded, free_key, settings):
+def test_urls_use_the_public_base_url_when_it_is_set(client, seeded, local_key, settings):
     settings.PUBLIC_BASE_URL = "https://gateway.example.com"
-    _, secret = free_key
+    _, secret = local_key
     body = post(client, PATH, {"model": "local-image", "prompt": "a fox", "size": "64x64"}, secret).json()
     url = body["data"][0]["url"]
     assert url.startswith("https://gateway.example.com/media/images/")
 
 
-def test_the_default_size_is_1024_square(client, seeded, free_key):
-    _, secret = free_key
+def test_the_default_size_is_1024_square(client, seeded, local_key):
+    _, secret = local_key
     item = post(client, PATH, {"model": "local-image", "prompt": "a fox", "response_format": "b64_json"},
                 secret).json()["data"][0]
     assert png_size(base64.b64decode(item["b64_json"])) == (1024, 1024)
@@ -89,8 +88,8 @@ def test_invalid_members_are_refused_before_any_charge(client, seeded, free_key,
 
 
 @pytest.mark.parametrize("quality", ["standard", "hd", "ultra_hd", "clarity"])
-def test_every_documented_quality_is_accepted(client, seeded, free_key, quality):
-    _, secret = free_key
+def test_every_documented_quality_is_accepted(client, seeded, local_key, quality):
+    _, secret = local_key
     body = {"model": "local-image", "prompt": "fox", "size": "64x64", "quality": quality, "style": "natural"}
     assert post(client, PATH, body, secret).status_code == 200
 
@@ -121,17 +120,13 @@ def test_an_upstream_b64_result_can_be_returned_as_a_url(client, fake_models, up
     assert b"".join(client.get(media_path(item["url"])).streaming_content) == PNG_1X1
 
 
-def test_an_image_url_that_cannot_be_fetched_is_an_upstream_failure_and_refunded(client, fake_models, free_key):
+def test_an_image_url_that_cannot_be_fetched_is_an_upstream_failure_and_refunded(client, fake_models, upstream,
+                                                                                  free_key):
     key, secret = free_key
-    base = "http://images.upstream.test"
-    Provider.objects.filter(name="fake").update(base_url=f"{base}/v1")
-    catalog.invalidate()
-    with responses.RequestsMock() as mock:
-        mock.add(responses.POST, f"{base}/v1/images/generations",
-                 json={"created": 1, "data": [{"url": f"{base}/files/lost.png"}]})
-        mock.add(responses.GET, f"{base}/files/lost.png", status=404)
-        response = post(client, PATH, {"model": "fake-image", "prompt": "fox"}, secret)
+    upstream.json("/images/generations", {"created": 1, "data": [{"url": f"{upstream.base_url}/files/lost.png"}]})
+    response = post(client, PATH, {"model": "fake-image", "prompt": "fox"}, secret)
     assert_error(response, 502, "upstream_unavailable", "upstream_error")
+    assert [call.path for call in upstream.calls] == ["/v1/images/generations", "/v1/files/lost.png"]
     assert ApiKey.objects.get(pk=key.pk).credits == 100
     assert UsageEvent.objects.get().success is False
 

@@ -121,7 +121,7 @@ def test_a_refill_moves_the_version_and_this_process_reads_its_keys_again(client
     from keys.services import refill_all
 
     def version() -> str:
-        return windows.count_and_read("key:probe", (60,), read=auth_cache.VERSION, default="unset")[1]
+        return windows.count_and_read("key:probe", (60,), read=auth_cache.VERSION, default="unset").value
 
     _, secret = make_key(credits=50, max_credits=100, rpm=1000)
     warm(client, clock, secret)
@@ -157,11 +157,26 @@ def test_without_a_shared_cache_a_row_is_used_for_its_seconds_only(client, seede
 def test_the_limits_script_reads_a_name_along_and_gives_it_a_value_when_it_has_none():
     first = windows.count_and_read("key:reads", (60, 3600), read="reads:version", default="v1")
     second = windows.count_and_read("key:reads", (60, 3600), read="reads:version", default="v2")
-    assert [window.count for window in first[0]] == [1, 1] and first[1] == "v1"
-    assert [window.count for window in second[0]] == [2, 2] and second[1] == "v1"
+    assert [window.count for window in first.windows] == [1, 1] and first.value == "v1"
+    assert [window.count for window in second.windows] == [2, 2] and second.value == "v1"
 
 
 def test_without_a_shared_cache_nothing_is_read_along(settings):
     settings.SHARED_CACHE = False
-    counted, value = windows.count_and_read("key:memory", (60, 3600), read="reads:version", default="v1")
-    assert [window.count for window in counted] == [1, 1] and value is None
+    counted = windows.count_and_read("key:memory", (60, 3600), read="reads:version", default="v1")
+    assert [window.count for window in counted.windows] == [1, 1] and counted.value is None
+
+
+@pytest.mark.django_db
+def test_a_refusal_right_after_a_refunded_failure_reports_the_refunded_balance(client, seeded, make_key,
+                                                                              monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # gpt-4o-mini's provider cannot be called: a 502
+    key, secret = make_key(credits=10, max_credits=10)
+    failed = post(client, "/v1/chat/completions", {**CHAT[1], "model": "gpt-4o-mini"}, secret)
+    assert_error(failed, 502, "upstream_unavailable", "upstream_error")
+    assert failed["X-Remaining-Credits"] == "10"
+    # Within the key cache's second: the balance comes from the cached row, which the refund updated.
+    refused = post(client, "/v1/chat/completions", {"model": "local-chat"}, secret)
+    assert_error(refused, 400, "missing_field", param="messages")
+    assert refused["X-Remaining-Credits"] == "10"
+    assert ApiKey.objects.get(pk=key.pk).credits == 10

@@ -12,12 +12,19 @@ pytestmark = pytest.mark.django_db
 def rows_of(page: str) -> dict:
     """Model id -> the text of each cell in its table row."""
     rows = {}
-    for row in re.findall(r"<tr>(.*?)</tr>", page, flags=re.S):
+    for row in re.findall(r"<tr[^>]*>(.*?)</tr>", page, flags=re.S):
         cells = [html.unescape(re.sub(r"<[^>]+>", "", cell)).strip()
                  for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, flags=re.S)]
         if cells:
-            rows[cells[0]] = cells
+            rows[re.search(r"<code>(.*?)</code>", row).group(1)] = cells
     return rows
+
+
+def examples_of(page: str) -> set:
+    """The model ids the curl and the SDK examples name."""
+    curl, sdk = re.findall(r'"model": "([^"]+)"', page), re.findall(r'model="([^"]+)"', page)
+    assert curl and sdk
+    return set(curl) | set(sdk)
 
 
 def test_the_landing_page_lists_every_seeded_model_with_cost_and_tiers(client, seeded):
@@ -41,6 +48,31 @@ def test_the_examples_are_built_from_the_real_base_url(client, seeded):
     # The example model is one a new free key may call.
     model = re.search(r'model="([^"]+)"', page).group(1)
     assert AiModel.objects.get(model_id=model).allows_tier("free")
+
+
+def test_models_whose_provider_has_no_secret_here_are_marked_and_the_examples_avoid_them(client, seeded,
+                                                                                           monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    page = client.get("/").content.decode()
+    rows = rows_of(page)
+    for model in AiModel.objects.all():
+        marked = rows[model.model_id][0].endswith("not configured here")
+        assert marked == (model.owned_by == "openai"), model.model_id
+    assert rows["local-chat"][0] == "local-chat"
+    assert "calling it fails (502) until the operator sets it" in " ".join(page.split())
+    # Both examples name a chat model that answers on this server, and that a free key may call.
+    assert examples_of(page) == {"local-chat"}
+    assert client.post("/v1/chat/completions", {"model": "local-chat", "messages": [{"role": "user", "content": "hi"}]},
+                       content_type="application/json").status_code == 401  # it exists: only the key is missing
+
+
+def test_with_the_secret_set_nothing_is_marked_and_the_cheapest_free_chat_model_is_the_example(client, seeded,
+                                                                                               monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-upstream-secret")
+    page = client.get("/").content.decode()
+    assert "not configured" not in page
+    assert "sk-upstream-secret" not in page
+    assert examples_of(page) == {"gpt-4o-mini"}
 
 
 def test_a_configured_public_base_url_wins(client, seeded, settings):
@@ -72,3 +104,24 @@ def test_an_empty_catalog_says_how_to_load_one(client, db):
 def test_the_page_reads_the_catalog_snapshot_without_queries(client, seeded, django_assert_num_queries):
     with django_assert_num_queries(0):
         assert client.get("/").status_code == 200
+
+
+def test_a_refused_html_page_is_a_page_not_a_bare_line(client, seeded, settings):
+    settings.PUBLIC_RATE_LIMIT = "1/m"
+    assert client.get("/").status_code == 200
+    for path in ("/", "/docs"):
+        response = client.get(path)
+        assert response.status_code == 429
+        assert response["Content-Type"].startswith("text/html")
+        assert int(response["Retry-After"]) >= 1
+        page = html.unescape(response.content.decode())
+        assert page.lstrip().startswith("<!DOCTYPE html>")
+        assert "<h1>Too many requests</h1>" in page
+        assert "Too many requests from this address: the limit is 1/m." in page
+        assert "429 rate_limit_exceeded" in page
+
+
+def test_options_on_the_landing_page_answers_with_its_allowed_methods(client, seeded):
+    response = client.options("/")
+    assert response.status_code == 200
+    assert "GET" in response["Allow"]

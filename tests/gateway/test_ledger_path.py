@@ -24,12 +24,12 @@ def charges(key):
 
 def test_a_success_completes_its_charge_row_with_tokens_and_latency_and_records_usage(client, seeded, free_key):
     key, secret = free_key
-    response = post(client, "/v1/chat/completions", HELLO, secret, HTTP_X_REQUEST_ID="req-42")
+    response = post(client, "/v1/chat/completions", HELLO, secret)
     assert response.status_code == 200
     [charge] = charges(key)
     assert (charge.amount, charge.balance_after, charge.status) == (-1, 99, "completed")
     assert (charge.operation, charge.model, charge.provider, charge.request_id) == ("chat", "local-chat", "local",
-                                                                                   "req-42")
+                                                                                   response["X-Request-ID"])
     usage = response.json()["usage"]
     assert (charge.input_tokens, charge.output_tokens) == (usage["prompt_tokens"], usage["completion_tokens"])
     assert charge.latency_ms is not None and charge.settled_at >= charge.created_at
@@ -87,9 +87,9 @@ def test_a_settlement_the_database_refuses_twice_keeps_the_answer_and_the_sweepe
     assert mismatches() == []
 
 
-def test_a_failure_after_the_upstream_answered_refunds_and_answers_with_a_clear_error(client, seeded, free_key,
+def test_a_failure_after_the_upstream_answered_refunds_and_answers_with_a_clear_error(client, seeded, local_key,
                                                                                       monkeypatch):
-    key, secret = free_key
+    key, secret = local_key
 
     def disk_full(*args, **kwargs):
         raise OSError("no space left on device")

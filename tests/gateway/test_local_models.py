@@ -2,6 +2,7 @@
 import io
 import math
 import struct
+import threading
 import wave
 import zlib
 
@@ -232,3 +233,51 @@ def test_embedding_of_text_without_content_is_the_zero_vector():
 def test_embedding_refuses_impossible_dimensions(dimensions):
     with pytest.raises(ValueError):
         local_models.embed("text", dimensions=dimensions)
+
+
+# ---------------------------------------------------------------- off the event loop
+
+@pytest.fixture
+def as_under_gevent(monkeypatch):
+    """The models as a gevent worker runs them (its threading patched), with a pool of their own."""
+    monkeypatch.setattr(local_models.monkey, "is_module_patched", lambda name: True)
+    off = local_models._OffTheEventLoop()
+    monkeypatch.setattr(local_models, "_off_the_event_loop", off)
+    return off
+
+
+def test_under_gevent_heavy_work_runs_in_a_thread_and_small_work_in_place_until_it_adds_up(as_under_gevent):
+    here = threading.get_ident()
+    budget = local_models._IN_PLACE_MICROSECONDS
+
+    assert as_under_gevent.run(threading.get_ident, budget) != here
+    small = [as_under_gevent.run(threading.get_ident, budget // 4) for _ in range(8)]
+    assert small == [here] * 3 + [small[3]] + [here] * 3 + [small[7]]
+    assert here not in (small[3], small[7])
+
+
+def test_under_gevent_the_models_answer_exactly_as_in_place(as_under_gevent):
+    big_text = "word " * 20_000
+    results = (local_models.render_png(1024, 512, "a fox", seed=2), local_models.embed(big_text, 64),
+               local_models.synthesize_wav("Hello there", voice="alloy"), local_models.count_tokens(big_text),
+               local_models.chat_reply([{"role": "user", "content": big_text}]))
+    assert as_under_gevent._pool is not None  # the big ones went to the threads
+
+    as_under_gevent._pool = None
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(local_models.monkey, "is_module_patched", lambda name: False)
+        in_place = (local_models.render_png(1024, 512, "a fox", seed=2), local_models.embed(big_text, 64),
+                    local_models.synthesize_wav("Hello there", voice="alloy"), local_models.count_tokens(big_text),
+                    local_models.chat_reply([{"role": "user", "content": big_text}]))
+    assert results == in_place
+    assert as_under_gevent._pool is None
+
+
+def test_under_gevent_bad_arguments_are_refused_before_any_hand_off(as_under_gevent):
+    with pytest.raises(ValueError):
+        local_models.render_png(0, 10, "x")
+    with pytest.raises(ValueError):
+        local_models.synthesize_pcm("Hi", voice="alloy", speed=9)
+    with pytest.raises(ValueError):
+        local_models.embed("Hi", 0)
+    assert as_under_gevent._pool is None

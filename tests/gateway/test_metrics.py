@@ -8,7 +8,7 @@ from django.db.models import Sum
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import metering
-from gateway.providers import UpstreamRejected
+from utils_app.errors import UpstreamRejected
 from gateway.services import failure_kind
 from models_catalog.models import AiModel, UsageEvent
 from tests.gateway.conftest import (
@@ -147,7 +147,9 @@ def test_a_stream_that_fails_midway_counts_as_its_error_and_an_upstream_error(cl
     assert value(found, "gateway_requests_total", operation="chat-completions", model="fake-chat", status="502") == 1
     assert value(found, "gateway_requests_total", operation="chat-completions", model="fake-chat", status="200") == 0
     assert value(found, "gateway_upstream_errors_total", provider="fake", kind="unavailable") == 1
-    assert value(found, "gateway_credits_refunded_total", model="fake-chat") == 1
+    # "Hel" reached the client: charged, not refunded (CONTRACT section 5).
+    assert value(found, "gateway_credits_refunded_total", model="fake-chat") == 0
+    assert value(found, "gateway_credits_charged_total", model="fake-chat") == 1
     assert value(found, "gateway_open_streams") == 0
 
 

@@ -11,8 +11,8 @@ from models_catalog.models import UsageEvent
 
 
 @pytest.fixture
-def sdk(live_server, seeded, free_key):
-    key, secret = free_key
+def sdk(live_server, seeded, local_key):
+    key, secret = local_key
     # Closed at the end: a kept-alive connection would hold a live-server thread and its database session.
     with openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=secret, max_retries=0, timeout=30) as client:
         yield client, key

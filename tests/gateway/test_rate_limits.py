@@ -4,12 +4,20 @@ import requests
 
 from keys.models import ApiKey
 from models_catalog.models import UsageEvent
-from tests.gateway.conftest import LOCAL_BODIES, OPERATIONS, assert_error, away_from_minute_edge, gunicorn, post
+from tests.gateway.conftest import (
+    LOCAL_BODIES,
+    LOCAL_TIER,
+    OPERATIONS,
+    assert_error,
+    away_from_minute_edge,
+    gunicorn,
+    post,
+)
 
 
 @pytest.mark.django_db
 def test_the_minute_limit_counts_every_operation_of_the_key(client, seeded, make_key):
-    key, secret = make_key(credits=100, max_credits=100, rpm=4)
+    key, secret = make_key(tier=LOCAL_TIER, credits=100, max_credits=100, rpm=4)
     away_from_minute_edge(key)
     remaining = []
     for operation in OPERATIONS:

@@ -1,5 +1,6 @@
 """The request path under the production server: pooled connections, cached keys, database faults."""
 import json
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -141,16 +142,39 @@ def test_key_changes_reach_another_instance_within_the_cache_seconds(transaction
     assert mismatches() == []
 
 
+def pool_timeout() -> OperationalError:
+    from psycopg_pool import PoolTimeout
+
+    error = OperationalError("couldn't get a connection after 3.00 sec")  # Django's, around psycopg's own
+    error.__cause__ = PoolTimeout("couldn't get a connection after 3.00 sec")
+    return error
+
+
+@pytest.mark.parametrize(("error", "logged"), [
+    (lambda: OperationalError('connection failed: connection to server at "127.0.0.1", port 5432 failed: Connection '
+                              'refused\n\tIs the server running on that host and accepting TCP/IP connections?'),
+     "database unavailable: connection refused (no server listening)"),
+    (lambda: OperationalError('connection failed: connection to server at "127.0.0.1", port 5432 failed: FATAL:  '
+                              'sorry, too many clients already'),
+     "database unavailable: too many clients (the server's max_connections is reached)"),
+    (pool_timeout, "database unavailable: pool timeout after 3 s (every pooled connection busy)"),
+], ids=["connection refused", "too many clients", "pool timeout"])
 @pytest.mark.django_db
-def test_a_database_outage_at_the_charge_is_a_503_with_retry_after(client, seeded, free_key, monkeypatch):
+def test_a_database_outage_at_the_charge_is_a_503_with_retry_after_and_its_cause_in_the_log(
+        client, seeded, free_key, monkeypatch, caplog, error, logged):
+    from utils_app import db
+
     key, secret = free_key
+    monkeypatch.setattr(db, "_last_connect_failure", None)  # no failed connect in this process, whatever ran before
 
     def unreachable(**kwargs):
-        raise OperationalError("connection to server at 127.0.0.1 failed: Connection refused")
+        raise error()
 
     monkeypatch.setattr("gateway.metering.charge", unreachable)
-    response = post(client, *LOCAL_BODIES["chat"], secret)
-    error = assert_error(response, 503, "service_unavailable", "server_error")
+    with caplog.at_level(logging.WARNING, logger="gateway.errors"):
+        response = post(client, *LOCAL_BODIES["chat"], secret)
+    error_body = assert_error(response, 503, "service_unavailable", "server_error")
     assert response["Retry-After"] == "2"
-    assert "127.0.0.1" not in json.dumps(error)
+    assert "127.0.0.1" not in json.dumps(error_body)
+    assert [record.getMessage() for record in caplog.records if record.name == "gateway.errors"] == [logged]
     assert ApiKey.objects.get(pk=key.pk).credits == 100

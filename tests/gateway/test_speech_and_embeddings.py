@@ -25,8 +25,8 @@ def wav_info(content: bytes) -> tuple[int, int, int]:
 
 # ---------------------------------------------------------------- speech
 
-def test_speech_answers_json_with_an_audio_url_by_default(client, seeded, free_key, settings):
-    key, secret = free_key
+def test_speech_answers_json_with_an_audio_url_by_default(client, seeded, local_key, settings):
+    key, secret = local_key
     response = post(client, SPEECH, {"model": "local-speech", "input": "Hello world", "voice": "alloy"}, secret)
     assert response.status_code == 200, response.content
     body = response.json()
@@ -42,8 +42,8 @@ def test_speech_answers_json_with_an_audio_url_by_default(client, seeded, free_k
 
 
 @pytest.mark.parametrize("accept", ["application/octet-stream", "audio/*", "audio/mpeg, application/json;q=0.5"])
-def test_a_client_that_accepts_audio_gets_the_raw_bytes(client, seeded, free_key, accept, settings):
-    _, secret = free_key
+def test_a_client_that_accepts_audio_gets_the_raw_bytes(client, seeded, local_key, accept, settings):
+    _, secret = local_key
     response = post(client, SPEECH, {"model": "local-speech", "input": "Hi", "voice": "nova"}, secret,
                     HTTP_ACCEPT=accept)
     assert response.status_code == 200
@@ -54,15 +54,15 @@ def test_a_client_that_accepts_audio_gets_the_raw_bytes(client, seeded, free_key
     assert not (settings.MEDIA_ROOT / "audio").exists()
 
 
-def test_json_is_kept_when_the_client_prefers_it(client, seeded, free_key):
-    _, secret = free_key
+def test_json_is_kept_when_the_client_prefers_it(client, seeded, local_key):
+    _, secret = local_key
     response = post(client, SPEECH, {"model": "local-speech", "input": "Hi", "voice": "nova"}, secret,
                     HTTP_ACCEPT="application/json, audio/*;q=0.1")
     assert "audio_url" in response.json()
 
 
-def test_pcm_is_raw_16_bit_samples(client, seeded, free_key):
-    _, secret = free_key
+def test_pcm_is_raw_16_bit_samples(client, seeded, local_key):
+    _, secret = local_key
     body = {"model": "local-speech", "input": "Hi there", "voice": "echo", "response_format": "pcm", "speed": 2}
     response = post(client, SPEECH, body, secret, HTTP_ACCEPT="application/octet-stream")
     assert response["Content-Type"] == "audio/pcm"

@@ -11,7 +11,7 @@ import openai
 import pytest
 import requests
 
-from keys.models import ApiKey
+from keys.models import ApiKey, LedgerEntry
 from models_catalog.models import UsageEvent
 from tests.gateway.conftest import (
     DROP,
@@ -119,7 +119,7 @@ def test_a_finished_stream_leaves_its_upstream_connection_for_the_next_call(clie
 @pytest.mark.django_db
 def test_a_stream_whose_body_goes_on_after_done_has_its_connection_dropped(client, fake_models, upstream, free_key,
                                                                           monkeypatch):
-    monkeypatch.setattr("gateway.providers.STREAM_END_SECONDS", 0.2)
+    monkeypatch.setattr("gateway.upstream.transport.STREAM_END_SECONDS", 0.2)
     _, secret = free_key
     # The body does not end after [DONE] within the wait: the connection is not kept for reuse.
     upstream.sse("/chat/completions", [chunk("Hi"), usage_chunk(5, 1), "[DONE]", Pause(2)])
@@ -154,7 +154,8 @@ def test_an_upstream_that_refuses_a_stream_gets_an_ordinary_json_error(client, f
 
 
 @pytest.mark.django_db
-def test_a_failure_mid_stream_sends_one_error_event_then_done_and_refunds(client, fake_models, upstream, free_key):
+def test_a_failure_mid_stream_sends_one_error_event_then_done_and_charges_what_was_delivered(client, fake_models,
+                                                                                           upstream, free_key):
     key, secret = free_key
     upstream.sse("/chat/completions", [chunk("Half"), chunk(" an answer"), DROP])
     response = post(client, PATH, {"model": "fake-chat", "messages": HELLO, "stream": True}, secret)
@@ -164,20 +165,24 @@ def test_a_failure_mid_stream_sends_one_error_event_then_done_and_refunds(client
     assert found[2]["error"]["code"] == "upstream_unavailable"
     assert set(found[2]["error"]) == {"message", "type", "param", "code"}
     assert found[3:] == ["[DONE]"]
-    assert credits_of(key) == 100
+    # The client has half an answer (CONTRACT section 5): charged, and the usage row says how it ended.
+    assert credits_of(key) == 99
     event = UsageEvent.objects.get()
-    assert (event.success, event.status, event.credits_charged) == (False, 502, 0)
+    assert (event.success, event.status, event.credits_charged) == (False, 502, 1)
+    assert event.output_tokens > 0
+    assert LedgerEntry.objects.get(kind="charge").status == "completed"
 
 
 @pytest.mark.django_db
-def test_an_error_event_from_the_upstream_mid_stream_is_refunded(client, fake_models, upstream, free_key):
+def test_an_error_event_from_the_upstream_mid_stream_ends_the_stream_and_is_charged(client, fake_models, upstream,
+                                                                                    free_key):
     key, secret = free_key
     upstream.sse("/chat/completions", [chunk("Hi"), {"error": {"message": "overloaded"}}, "[DONE]"])
     found = events(post(client, PATH, {"model": "fake-chat", "messages": HELLO, "stream": True}, secret))
     assert found[1]["error"]["code"] == "upstream_unavailable"
     assert "overloaded" in found[1]["error"]["message"]
     assert found[-1] == "[DONE]"
-    assert credits_of(key) == 100
+    assert credits_of(key) == 99
 
 
 @pytest.mark.django_db
@@ -190,7 +195,7 @@ def test_a_stream_that_stalls_longer_than_the_timeout_ends_with_upstream_timeout
     found = events(post(client, PATH, {"model": ids["chat"], "messages": HELLO, "stream": True}, secret))
     assert found[1]["error"]["code"] == "upstream_timeout"
     assert found[-1] == "[DONE]"
-    assert credits_of(key) == 100
+    assert credits_of(key) == 99
     assert UsageEvent.objects.get().status == 504
 
 

@@ -129,8 +129,11 @@ def test_the_request_id_is_sent_upstream_with_a_call_and_a_stream(client, fake_m
     _, secret = free_key
     upstream.json("/chat/completions", chat_completion())
     body = {"model": "fake-chat", "messages": [{"role": "user", "content": "Hello"}]}
-    assert post(client, "/v1/chat/completions", body, secret, HTTP_X_REQUEST_ID="call-1").status_code == 200
+    call = post(client, "/v1/chat/completions", body, secret, HTTP_X_REQUEST_ID="client-chosen")
+    assert call.status_code == 200
     upstream.sse("/chat/completions", [chunk("hi"), "[DONE]"])
-    stream = post(client, "/v1/chat/completions", {**body, "stream": True}, secret, HTTP_X_REQUEST_ID="stream-1")
+    stream = post(client, "/v1/chat/completions", {**body, "stream": True}, secret)
     b"".join(stream.streaming_content)
-    assert [call.headers.get("X-Request-ID") for call in upstream.posts()] == ["call-1", "stream-1"]
+    # The gateway's own id, not one a client chose.
+    sent = [received.headers.get("X-Request-ID") for received in upstream.posts()]
+    assert sent == [call["X-Request-ID"], stream["X-Request-ID"]]

@@ -5,10 +5,10 @@ import time
 
 import pytest
 
-from gateway import providers
+from gateway.upstream import transport
 from keys.models import ApiKey
 from models_catalog import catalog
-from models_catalog.models import Provider, UsageEvent
+from models_catalog.models import Deployment, Provider, UsageEvent
 from tests.gateway.conftest import (
     PNG_1X1,
     Pause,
@@ -71,14 +71,20 @@ def test_malformed_upstream_embeddings_are_a_502_and_refunded(client, fake_model
     assert_refunded_upstream_failure(response, key, 502, "upstream_unavailable")
 
 
-def test_a_malformed_stream_event_ends_the_stream_with_an_error_event_and_refunds(client, fake_models, upstream,
-                                                                                 free_key):
+def test_a_malformed_stream_event_ends_the_stream_with_an_error_event(client, fake_models, upstream, free_key):
     key, secret = free_key
     upstream.sse("/chat/completions", [chunk("Hi"), {"choices": "not a list"}, "[DONE]"])
     found = events(post(client, CHAT, {"model": fake_models["chat"], "messages": HELLO, "stream": True}, secret))
     assert found[1]["error"]["code"] == "upstream_unavailable"
     assert found[-1] == "[DONE]"
-    assert credits_of(key) == 100
+    assert credits_of(key) == 99  # "Hi" reached the client
+
+
+def test_a_malformed_first_stream_event_is_an_ordinary_error_and_refunded(client, fake_models, upstream, free_key):
+    key, secret = free_key
+    upstream.sse("/chat/completions", [{"choices": "not a list"}, "[DONE]"])
+    response = post(client, CHAT, {"model": fake_models["chat"], "messages": HELLO, "stream": True}, secret)
+    assert_refunded_upstream_failure(response, key, 502, "upstream_unavailable")
 
 
 # ---------------------------------------------------------------- size
@@ -102,7 +108,7 @@ def test_an_answer_just_under_upstream_max_bytes_is_served(client, fake_models, 
     assert credits_of(key) == 99
 
 
-def test_one_stream_event_over_upstream_max_bytes_ends_the_stream_and_refunds(client, fake_models, upstream,
+def test_one_stream_event_over_upstream_max_bytes_ends_the_stream(client, fake_models, upstream,
                                                                              free_key, settings):
     key, secret = free_key
     settings.UPSTREAM_MAX_BYTES = 64 * 1024
@@ -110,7 +116,7 @@ def test_one_stream_event_over_upstream_max_bytes_ends_the_stream_and_refunds(cl
     found = events(post(client, CHAT, {"model": fake_models["chat"], "messages": HELLO, "stream": True}, secret))
     assert found[1]["error"]["code"] == "upstream_unavailable"
     assert found[-1] == "[DONE]"
-    assert credits_of(key) == 100
+    assert credits_of(key) == 99  # "Hi" reached the client
 
 
 # ---------------------------------------------------------------- time
@@ -145,9 +151,10 @@ def test_a_stream_longer_than_stream_max_seconds_ends_with_the_error_event(clien
     assert "1 seconds" in found[-2]["error"]["message"]
     assert found[-1] == "[DONE]"
     assert 2 <= len(found) - 2 < 15  # some chunks were relayed before the cut
-    # Like any upstream failure after the first byte (CONTRACT §6), the charge is refunded.
-    assert credits_of(key) == 100
-    assert UsageEvent.objects.get().status == 504
+    # The client has the chunks relayed before the cut (CONTRACT section 5): the charge stands.
+    assert credits_of(key) == 99
+    event = UsageEvent.objects.get()
+    assert (event.status, event.success, event.credits_charged) == (504, False, 1)
 
 
 # ---------------------------------------------------------------- image URLs
@@ -197,7 +204,7 @@ def test_an_image_url_on_a_private_address_is_never_fetched(client, fake_models,
     ("::1", False), ("fd00::1", False), ("fe80::1%eth0", False), ("::ffff:127.0.0.1", False), ("not-an-ip", False),
 ])
 def test_only_public_addresses_count_as_public(address, public):
-    assert providers._is_public(address) is public
+    assert transport.is_public(address) is public
 
 
 # ---------------------------------------------------------------- the provider's secret
@@ -234,6 +241,7 @@ def test_the_allowlist_check_happens_at_request_time_not_only_when_saved(client,
     monkeypatch.setenv("DATABASE_URL", "postgres://gateway:db-password@db.internal/gateway")
     upstream.succeed_all()
     Provider.objects.filter(name="fake").update(api_key_env="DATABASE_URL")
+    Deployment.objects.filter(provider__name="fake").update(secret_env="DATABASE_URL")
     catalog.invalidate()
     response = post(client, *body_for("chat", model=fake_models["chat"]), secret)
     assert_refunded_upstream_failure(response, key, 502, "upstream_unavailable")

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from keys.models import ApiKey, AuditLog, digest_secret
-from models_catalog.models import AiModel, Provider, UsageEvent
+from models_catalog.models import AiModel, Deployment, Provider, UsageEvent
 from tests.conftest import bearer
 
 pytestmark = pytest.mark.django_db
@@ -340,8 +340,9 @@ def chat(client, secret, model="local-chat"):
 def test_a_tier_upgrade_unlocks_a_model_on_the_very_next_request(client, seeded, admin_key, target):
     _, admin_secret = admin_key
     key, secret = target
-    AiModel.objects.create(model_id="local-chat-premium", type="chat", owned_by="local", cost=1,
-                           tiers=["premium"], provider=Provider.objects.get(name="local"))
+    model = AiModel.objects.create(model_id="local-chat-premium", type="chat", owned_by="local", cost=1,
+                                   tiers=["premium"])
+    Deployment.objects.create(model=model, provider=Provider.objects.get(name="local"))
     refused = chat(client, secret, "local-chat-premium")
     assert refused.status_code == 403
     assert refused.json()["error"]["code"] == "model_not_allowed"

@@ -85,7 +85,8 @@ def test_web_view_false_is_the_default_view(client, seeded, value):
     assert set(body) == {"object", "data"}
 
 
-def test_the_openai_sdk_lists_the_models(seeded):
+def sdk_through_django(secret: str) -> OpenAI:
+    """The official SDK, its requests answered by Django's test client."""
     django_client = Client()
 
     def through_django(request: httpx2.Request) -> httpx2.Response:
@@ -94,13 +95,89 @@ def test_the_openai_sdk_lists_the_models(seeded):
         return httpx2.Response(response.status_code, headers={"content-type": response["Content-Type"]},
                                content=response.content)
 
-    sdk = OpenAI(api_key="sk-not-needed-for-the-list", base_url="http://gateway.test/v1",
-                 http_client=httpx2.Client(transport=httpx2.MockTransport(through_django)))
+    return OpenAI(api_key=secret, base_url="http://gateway.test/v1", max_retries=0,
+                  http_client=httpx2.Client(transport=httpx2.MockTransport(through_django)))
+
+
+def test_the_openai_sdk_lists_the_models(seeded, free_key):
+    sdk = sdk_through_django(free_key[1])
     listed = sdk.models.list()
     ids = [model.id for model in listed]
     assert ids == sorted(AiModel.objects.filter(enabled=True).values_list("model_id", flat=True))
     local_chat = next(model for model in listed if model.id == "local-chat")
     assert (local_chat.object, local_chat.owned_by) == ("model", "local")
+
+
+def test_a_model_is_retrieved_by_id_as_its_entry_in_the_list(client, seeded):
+    listed = {entry["id"]: entry for entry in client.get("/v1/models").json()["data"]}
+    for model_id in ("local-chat", "gpt-4o"):
+        response = client.get(f"/v1/models/{model_id}")
+        assert response.status_code == 200
+        assert response.json() == listed[model_id]
+    assert list(client.get("/v1/models/local-chat").json()) == ["id", "object", "type", "owned_by", "cost", "access"]
+
+
+def test_an_id_with_a_slash_is_retrieved_too(client, seeded):
+    model = AiModel.objects.get(model_id="local-chat")
+    model.model_id = "acme/local-chat"
+    model.save()
+    response = client.get("/v1/models/acme/local-chat")
+    assert response.status_code == 200
+    assert response.json()["id"] == "acme/local-chat"
+
+
+@pytest.mark.parametrize("model_id", ["no-such-model", "gpt-4.1"])
+def test_an_unknown_or_disabled_model_is_a_404_model_not_found(client, seeded, model_id):
+    disable("gpt-4.1")
+    response = client.get(f"/v1/models/{model_id}")
+    assert response.status_code == 404
+    assert response.json()["error"] == {
+        "message": f"The model '{model_id}' does not exist or is not available.",
+        "type": "invalid_request_error", "param": "model", "code": "model_not_found"}
+    assert AiModel.objects.filter(model_id="gpt-4.1", enabled=False).exists()
+
+
+def test_the_openai_sdk_retrieves_a_model_and_reads_a_404(seeded, free_key):
+    import openai
+
+    sdk = sdk_through_django(free_key[1])
+    model = sdk.models.retrieve("local-chat")
+    assert (model.id, model.object, model.owned_by) == ("local-chat", "model", "local")
+    with pytest.raises(openai.NotFoundError) as refused:
+        sdk.models.retrieve("no-such-model")
+    assert refused.value.body["code"] == "model_not_found"
+
+
+def test_a_call_with_a_key_counts_against_the_key_not_the_client_address(client, seeded, make_key, settings):
+    settings.PUBLIC_RATE_LIMIT = "2/m"
+    key, secret = make_key(rpm=3, credits=50)
+    assert [client.get("/utils/facts").status_code for _ in range(3)] == [200, 200, 429]  # the address is spent
+    assert client.get("/v1/models").status_code == 429
+    answers = [client.get(path, **bearer(secret)) for path in ("/v1/models", "/v1/models/local-chat",
+                                                               "/v1/models?web-view=true", "/v1/models")]
+    assert [answer.status_code for answer in answers] == [200, 200, 200, 429]
+    assert [answer["X-RateLimit-Remaining-Requests"] for answer in answers] == ["2", "1", "0", "0"]
+    assert answers[0]["X-RateLimit-Limit-Requests"] == "3"
+    assert answers[-1].json()["error"]["param"] == "rpm"
+    key.refresh_from_db()
+    assert key.credits == 50  # listing models costs nothing
+
+
+@pytest.mark.parametrize("header", ["Bearer sk-" + "n" * 40, "Basic abc"])
+def test_a_bad_key_on_the_catalog_is_a_401(client, seeded, header):
+    for path in ("/v1/models", "/v1/models/local-chat"):
+        response = client.get(path, HTTP_AUTHORIZATION=header)
+        assert response.status_code == 401
+        assert response.json()["error"]["type"] == "authentication_error"
+
+
+def test_a_revoked_key_on_the_catalog_is_a_401(client, seeded, make_key):
+    key, secret = make_key()
+    key.is_active = False
+    key.save()
+    response = client.get("/v1/models", **bearer(secret))
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "invalid_api_key"
 
 
 # ---------------------------------------------------------------- web view

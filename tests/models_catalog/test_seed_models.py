@@ -12,10 +12,10 @@ def test_the_default_catalog_has_openai_and_local_models_of_every_type(capsys):
     call_command("seed_models")
     out = capsys.readouterr().out
     assert "created: model local-chat" in out
-    local = AiModel.objects.filter(provider__type="local")
+    local = AiModel.objects.filter(deployments__provider__type="local")
     assert sorted(local.values_list("type", flat=True)) == ["chat", "embedding", "image", "speech"]
     assert set(local.values_list("owned_by", flat=True)) == {"local"}
-    assert AiModel.objects.filter(provider__name="openai", type="chat").exists()
+    assert AiModel.objects.filter(deployments__provider__name="openai", type="chat").exists()
     assert Provider.objects.get(name="openai").api_key_env == "OPENAI_API_KEY"
 
 
@@ -45,7 +45,7 @@ upstream_model = "echo"
     call_command("seed_models", str(path))
     assert "updated: model local-chat" in capsys.readouterr().out
     model = AiModel.objects.get(model_id="local-chat")
-    assert (model.cost, model.tiers, model.upstream_name) == (7, ["premium"], "echo")
+    assert (model.cost, model.tiers, model.deployments.get().upstream_name) == (7, ["premium"], "echo")
     assert model.access_map() == {"free": False, "augmented": False, "premium": True, "cool": False,
                                   "partner": False, "limited": False, "exclusive": False, "special": False}
 
@@ -61,10 +61,15 @@ GOOD_MODEL = 'id = "m"\ntype = "chat"\nowned_by = "x"\ncost = 1\naccess = ["free
     (BASE + "[[models]]\n" + GOOD_MODEL.replace('type = "chat"', 'type = "video"'), "'type' must be one of"),
     (BASE + "[[models]]\n" + GOOD_MODEL.replace('["free"]', '["gold"]'), "unknown tier 'gold'"),
     (BASE + "[[models]]\n" + GOOD_MODEL.replace('provider = "p"', 'provider = "q"'), "unknown provider 'q'"),
-    (BASE + "[[models]]\n" + GOOD_MODEL.replace('owned_by = "x"\n', ''), "missing field 'owned_by'"),
+    (BASE + "[[models]]\n" + GOOD_MODEL.replace('owned_by = "x"\n', ''), "field 'owned_by' is missing"),
     (BASE + "[[models]]\n" + GOOD_MODEL + "colour = 1\n", "unknown field(s): colour"),
-    (BASE + "[[models]]\n" + GOOD_MODEL + "[[models]]\n" + GOOD_MODEL, "#2 (id 'm'): duplicate id"),
+    (BASE + "[[models]]\n" + GOOD_MODEL + "[[models]]\n" + GOOD_MODEL, "#2 (id 'm'): field 'id' is a duplicate"),
     ('[providers.p]\nbase_url = "api.example"\n[[models]]\n' + GOOD_MODEL, "'base_url' must be an http(s) URL"),
+    (BASE + "[[models]]\n" + GOOD_MODEL.replace('id = "m"', 'id = ""'), "field 'id' must not be empty"),
+    (BASE + "[[models]]\n" + GOOD_MODEL.replace('cost = 1', 'cost = 4294967296'), "'cost' must be 2147483647 or less"),
+    (BASE + "[[models]]\n" + GOOD_MODEL.replace('provider = "p"\n', '') + '[[models.deployments]]\nprovider = "p"\n'
+     'priority = 40000\n', "field 'priority' must be 32767 or less"),
+    (BASE + "[[models]]\n" + GOOD_MODEL + 'fallbacks = ["p"]\n', "field 'fallbacks' names provider 'p' twice"),
 ])
 def test_a_bad_catalog_fails_naming_the_entry_and_field(tmp_path, text, message):
     path = tmp_path / "bad.toml"

@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from keys.models import AuditLog
 from models_catalog.catalog import secret_env_allowed
-from models_catalog.models import Provider
+from models_catalog.models import AiModel, Deployment, Provider
 
 pytestmark = pytest.mark.django_db
 
@@ -85,7 +85,8 @@ def provider_staff_client(client, django_user_model):
 
 def provider_form(**changes) -> dict:
     return {"name": "openai", "type": "openai", "base_url": "https://api.openai.com/v1",
-            "api_key_env": "OPENAI_API_KEY", "timeout": "60", **changes}
+            "api_key_env": "OPENAI_API_KEY", "api_key_envs": "[]", "timeout": "60", "api_version": "",
+            "max_tokens_default": "4096", **changes}
 
 
 def test_the_staff_form_refuses_a_variable_outside_the_allowlist(superuser_client, seeded):
@@ -140,3 +141,35 @@ def test_no_one_deletes_a_provider_from_the_ui(superuser_client, seeded):
     assert superuser_client.post(reverse("admin:models_catalog_provider_delete", args=[local.pk]),
                                  {"post": "yes"}).status_code == 403
     assert Provider.objects.filter(pk=local.pk).exists()
+
+
+@pytest.mark.parametrize("kind, variable, environment, configured", [
+    ("local", "", {}, True),
+    ("openai", "", {}, True),  # an upstream without authentication
+    ("openai", "OPENAI_API_KEY", {"OPENAI_API_KEY": "sk-set"}, True),
+    ("openai", "GATEWAY_UPSTREAM_B", {"GATEWAY_UPSTREAM_B": "sk-set"}, True),
+    ("openai", "OPENAI_API_KEY", {}, False),
+    ("openai", "OPENAI_API_KEY", {"OPENAI_API_KEY": "  "}, False),
+    ("openai", "SECRET_KEY", {"SECRET_KEY": "set, but never an upstream's"}, False),
+])
+def test_a_provider_is_configured_for_a_secret_this_process_holds(monkeypatch, kind, variable, environment,
+                                                                   configured):
+    for name in ("OPENAI_API_KEY", "GATEWAY_UPSTREAM_B", "SECRET_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    provider = Provider(name="p", type=kind, base_url="https://api.example.com/v1", api_key_env=variable)
+    assert provider.secret_configured(variable) is configured
+
+
+def test_a_model_is_configured_when_one_of_its_deployments_has_its_secret(seeded, monkeypatch):
+    monkeypatch.delenv("GATEWAY_UPSTREAM_B", raising=False)
+    monkeypatch.setenv("GATEWAY_UPSTREAM_A", "sk-set")
+    pooled = Provider.objects.create(name="pooled", base_url="https://api.example.com/v1",
+                                     api_key_envs=["GATEWAY_UPSTREAM_A", "GATEWAY_UPSTREAM_B"])
+    model = AiModel.objects.create(model_id="m", type="chat", owned_by="x", cost=1, tiers=["free"])
+    for variable in pooled.secret_envs():
+        Deployment.objects.create(model=model, provider=pooled, secret_env=variable)
+    assert model.is_configured(model.deployments.all())
+    assert not model.is_configured(model.deployments.filter(secret_env="GATEWAY_UPSTREAM_B"))
+    assert not model.is_configured([])  # no deployment at all: nothing can serve it

@@ -231,3 +231,26 @@ def test_the_dashboard_draws_its_charts_and_pages_fit_desktop_and_phone(browser,
         browser.get(live_server.url + path)
         assert page_is_not_wider_than_the_screen(browser), path
 
+
+
+def test_at_1280_px_the_key_list_shows_every_column_without_scrolling(browser, live_server, staff_login, seeded,
+                                                                      screenshots):
+    from selenium.webdriver.common.by import By
+
+    for index in range(5):  # long names and owners, large balances: the widest a row usually gets
+        key, _ = issue_key(actor="test", tier="premium", credits=123456, max_credits=1000000,
+                           name=f"team integration key {index}",
+                           owner={"platform_username": f"someone.with.a.long.name{index}"})
+        ApiKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now())
+    staff_login()
+    browser.get(f"{live_server.url}/admin/keys/apikey/")
+    results = browser.find_element(By.CSS_SELECTOR, "#changelist .results")
+    assert browser.execute_script("return arguments[0].scrollWidth <= arguments[0].clientWidth + 1", results)
+    box = browser.execute_script("return arguments[0].getBoundingClientRect().right", results)
+    headers = {header.text.strip().lower(): header for header in
+               browser.find_elements(By.CSS_SELECTOR, "#result_list thead th") if header.text.strip()}
+    for name in ("key", "owner", "credits / max", "active", "last used (utc)"):
+        assert browser.execute_script("return arguments[0].getBoundingClientRect().right", headers[name]) <= box + 1
+    assert "123456 / 1000000" in browser.find_element(By.ID, "result_list").text
+    assert page_is_not_wider_than_the_screen(browser)
+    capture(browser, screenshots / "key-list-1280.png", *DESKTOP)

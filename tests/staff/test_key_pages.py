@@ -138,7 +138,7 @@ def test_the_list_filters_keys_at_zero_credits_and_by_tier(staff_client, make_ke
 def test_the_list_sorts_by_credits(staff_client, make_key):
     for credits in (7, 3, 9):
         make_key(credits=credits, max_credits=10)
-    index = staff_client.get(LIST).context["cl"].list_display.index("credits")
+    index = staff_client.get(LIST).context["cl"].list_display.index("balance")
     rows = staff_client.get(LIST, {"o": f"-{index}"}).context["cl"].result_list
     assert [k.credits for k in rows] == [9, 7, 3]
 
@@ -171,6 +171,30 @@ def test_issuing_an_admin_key_with_default_max_credits(staff_client):
     assert response.status_code == 200
     key = ApiKey.objects.get()
     assert key.is_admin and key.max_credits == key.credits == 50
+
+
+def test_an_unedited_issue_form_issues_a_key_that_can_make_calls(staff_client, seeded, client):
+    form = staff_client.get(ADD).context["form"]
+    unedited = {name: "" if form[name].value() is None else form[name].value() for name in form.fields}
+    assert unedited["credits"] == 1000 and unedited["tier"] == "free"
+    response = staff_client.post(ADD, {name: value for name, value in unedited.items() if value is not False})
+    assert response.status_code == 200
+    key = ApiKey.objects.get()
+    assert (key.credits, key.max_credits, key.tier) == (1000, 1000, "free")
+    call = client.post("/v1/chat/completions", {"model": "local-chat", "messages": [{"role": "user", "content": "hi"}]},
+                       content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {response.context['secret']}")
+    assert call.status_code == 200
+    key.refresh_from_db()
+    assert key.credits == 999
+
+
+def test_the_index_names_every_section_in_words(staff_client):
+    page = staff_client.get(reverse("admin:index")).content.decode()
+    headings = re.findall(r'<caption>\s*<a [^>]*class="section"[^>]*>([^<]+)</a>', page)
+    for expected in ("Staff sign-in lockouts", "Two-factor: authenticator apps", "Two-factor: recovery codes",
+                     "API keys and credits"):
+        assert expected in headings
+    assert not [heading for heading in headings if "_" in heading or heading.lower() in ("axes", "keys")]
 
 
 @pytest.mark.parametrize("change, field, message", [
@@ -222,6 +246,24 @@ def test_edit_errors_are_shown_on_the_form_and_nothing_changes(staff_client, mak
     assert message in " ".join(response.context["adminform"].form.errors[field])
     key.refresh_from_db()
     assert (key.credits, key.max_credits, key.rpm, key.rph) == (5, 10, 60, 1000)
+    assert not AuditLog.objects.filter(action="update_key").exists()
+
+
+def test_a_rejected_save_shows_the_stored_key_beside_the_form_not_the_unsaved_values(staff_client, make_key):
+    key, _ = make_key(tier="free", credits=1000, max_credits=1000)
+    data = {**edit_form(staff_client.get(change_url(key))), "credits": "1500", "tier": "premium"}
+    response = staff_client.post(change_url(key), data)
+    assert response.status_code == 200
+    assert "may not exceed maxCredits (1000)" in " ".join(response.context["adminform"].form.errors["credits"])
+    page = response.content.decode()
+    # The form keeps what staff typed, to correct it; the facts around it are the stored key's.
+    assert 'name="credits" value="1500"' in page
+    assert "The balance, 1000, is the sum of the ledger" in page and "1500, is the sum" not in page
+    assert f"<h2>{key.prefix}… (free)</h2>" in page
+    assert "(premium)" not in page
+    assert response.context["original"].credits == 1000 and response.context["original"].tier == "free"
+    key.refresh_from_db()
+    assert (key.tier, key.credits) == ("free", 1000)
     assert not AuditLog.objects.filter(action="update_key").exists()
 
 

@@ -1,4 +1,4 @@
-"""The staff sign-in lockout: per username and per address, its message, its audit entry, unlock_staff."""
+"""The staff sign-in lockout: per username and address, per address, its message, its audit entry, unlock_staff."""
 from datetime import timedelta
 from io import StringIO
 
@@ -23,6 +23,7 @@ NEW_PASSWORD = "a fresh staff passphrase"
 def shipped_limits(settings):
     """The shipped defaults, whatever the environment running the tests says."""
     settings.STAFF_LOGIN_FAILURE_LIMIT = settings.AXES_FAILURE_LIMIT = 5
+    settings.STAFF_LOGIN_ADDRESS_FAILURE_LIMIT = 10
     settings.STAFF_LOGIN_COOLOFF_MINUTES = 15
     settings.AXES_COOLOFF_TIME = 15 / 60
 
@@ -63,23 +64,45 @@ def test_a_wrong_password_before_the_limit_says_so_and_not_that_sign_in_is_locke
     assert 'name="code"' in page  # the field for an authentication code is on the page
 
 
-def test_a_locked_username_stays_locked_from_another_address(client, staff_user):
+def test_a_stranger_failing_elsewhere_for_a_username_does_not_lock_its_owner_out_at_home(client, staff_user):
+    for attempt in range(40):
+        sign_in(client, f"wrong guess {attempt}", address=ELSEWHERE)
+    assert sign_in(client, PASSWORD, address=ELSEWHERE).status_code == 429  # the stranger's pair is locked
+
+    response = sign_in(client, PASSWORD)
+
+    assert response.status_code == 302
+    assert signed_in(client)
+
+
+def test_a_locked_pair_stays_locked_on_that_address_while_the_address_may_sign_in_others(
+        client, staff_user, django_user_model):
+    django_user_model.objects.create_superuser("carol", "carol@example.com", PASSWORD)
     lock_alice(client)
 
-    response = sign_in(client, PASSWORD, address=ELSEWHERE)
-
-    assert response.status_code == 429
-    assert not signed_in(client)
+    assert sign_in(client, PASSWORD).status_code == 429
+    assert sign_in(client, PASSWORD, username="carol").status_code == 302  # 5 failures here: under 10
+    client.logout()
+    assert sign_in(client, PASSWORD).status_code == 429  # carol's success cleared her pair only
 
 
 def test_one_address_guessing_many_usernames_is_locked_out_for_every_username(client, staff_user):
-    for attempt in range(5):
-        sign_in(client, "guess", username=f"someone{attempt}")
+    for attempt in range(10):  # two guesses at each of five names: no pair reaches its limit
+        sign_in(client, "guess", username=f"someone{attempt % 5}")
 
-    assert sign_in(client, PASSWORD).status_code == 429
+    locked = sign_in(client, PASSWORD)
+    assert locked.status_code == 429
+    assert "or 10 for any accounts from this address" in locked.content.decode()
     assert not signed_in(client)
     assert sign_in(client, PASSWORD, address=ELSEWHERE).status_code == 302
     assert signed_in(client)
+
+
+def test_one_address_below_its_limit_is_not_locked_for_other_usernames(client, staff_user):
+    for attempt in range(9):
+        sign_in(client, "guess", username=f"someone{attempt}")
+
+    assert sign_in(client, PASSWORD).status_code == 302
 
 
 def test_each_lockout_writes_one_audit_entry(client, staff_user):
@@ -89,8 +112,20 @@ def test_each_lockout_writes_one_audit_entry(client, staff_user):
     entry = AuditLog.objects.get(action="staff_lockout")
     assert entry.actor == f"staff login from {HOME}"
     assert entry.key is None
-    assert entry.after == {"username": "alice", "address": HOME, "failures": 5, "cooloff_minutes": 15,
-                           "path": LOGIN}
+    assert entry.after == {"username": "alice", "address": HOME, "locked": "username and address", "failures": 5,
+                           "address_failures": 5, "cooloff_minutes": 15, "path": LOGIN}
+
+
+def test_names_no_account_has_write_no_audit_entry_and_the_address_trying_them_writes_one(client, staff_user):
+    for attempt in range(60):  # five names of nobody, five times each, then the address is locked
+        sign_in(client, "guess", username=f"nobody{attempt // 5}", address=ELSEWHERE)
+
+    [entry] = AuditLog.objects.filter(action="staff_lockout")
+    assert entry.after == {"username": "nobody1", "address": ELSEWHERE, "locked": "address", "failures": 5,
+                           "address_failures": 10, "cooloff_minutes": 15, "path": LOGIN}
+    # Refused attempts are not recorded: the failure records stop growing with the lockout.
+    assert sum(AccessAttempt.objects.values_list("failures_since_start", flat=True)) == 10
+    assert sign_in(client, PASSWORD).status_code == 302  # alice at home is untouched
 
 
 def test_the_lockout_ends_after_the_cooloff(client, staff_user):
@@ -162,7 +197,9 @@ def test_guessing_the_current_password_on_the_change_form_locks_the_account(staf
     staff_user.refresh_from_db()
     assert staff_user.check_password(PASSWORD)
     assert AuditLog.objects.filter(action="staff_lockout", after__path="/admin/password_change/").count() == 1
-    assert sign_in(client, PASSWORD, address=ELSEWHERE).status_code == 429  # the same lockout as the login
+    # The same lockout as the login's, for this account from the address the guesses came from.
+    assert sign_in(client, PASSWORD, address="127.0.0.1").status_code == 429
+    assert sign_in(client, PASSWORD, address=ELSEWHERE).status_code == 302
 
 
 def test_the_change_form_takes_a_long_new_password_and_refuses_a_short_one(staff_client, staff_user):
@@ -206,11 +243,12 @@ def test_unlock_staff_by_username_lets_the_right_password_in_and_is_audited(clie
 
 def test_unlock_staff_by_address_lifts_that_address_only(client, staff_user, django_user_model):
     django_user_model.objects.create_superuser("carol", "carol@example.com", PASSWORD)
-    for attempt in range(5):
+    for attempt in range(10):
         sign_in(client, "guess", username=f"someone{attempt}")
     lock_alice(client, address=ELSEWHERE)
+    assert sign_in(client, PASSWORD, username="carol").status_code == 429
 
-    assert "removed 5 failure record(s)" in unlock("--address", HOME)
+    assert "removed 10 failure record(s)" in unlock("--address", HOME)
     assert sign_in(client, PASSWORD, username="carol").status_code == 302
     assert sign_in(client, PASSWORD, address=ELSEWHERE).status_code == 429
 

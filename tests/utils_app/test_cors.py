@@ -34,6 +34,16 @@ def test_every_v1_operation_answers_a_preflight_allowing_authorization(client, m
     assert method in response["Access-Control-Allow-Methods"]
 
 
+@pytest.mark.parametrize("path, method", [("/v1/chat/completions", "POST"), ("/v1/models", "GET")])
+def test_a_preflight_allows_every_header_the_contract_names(client, path, method):
+    sent = "authorization, content-type, idempotency-key, x-request-id, x-api-key, anthropic-version"
+    response = preflight(client, path, method, headers=sent)
+
+    assert response.status_code == 200
+    allowed = {name.strip() for name in response["Access-Control-Allow-Headers"].split(",")}
+    assert {name.strip() for name in sent.split(",")} <= allowed
+
+
 def test_answers_carry_the_cors_headers_and_expose_the_metering_headers(client):
     response = client.get("/utils/facts", HTTP_ORIGIN="https://app.example")
     assert response.status_code == 200

@@ -20,22 +20,47 @@ def test_database_url_postgres_is_parsed():
 
 
 @pytest.mark.parametrize(("variables", "size"), [
-    ({}, env.DATABASE_MAX_CONNECTIONS),  # a process of its own (a management command) may use it all
-    ({"GATEWAY_WORKERS": "2"}, 45),
-    ({"GATEWAY_WORKERS": "4", "DATABASE_MAX_CONNECTIONS": "200"}, 50),
+    ({}, env.DATABASE_POOL_SIZE),  # a process of its own (a management command): it opens only what it uses
+    ({"GATEWAY_WORKERS": "2"}, env.DATABASE_POOL_SIZE),  # each worker the same, whatever their count
+    ({"GATEWAY_WORKERS": "16"}, env.DATABASE_POOL_SIZE),
+    ({"GATEWAY_WORKERS": "4", "DATABASE_MAX_CONNECTIONS": "200"}, 50),  # an instance's total: shared out
     ({"GATEWAY_WORKERS": "3", "DATABASE_MAX_CONNECTIONS": "10"}, 3),  # shares round down, within the total
     ({"GATEWAY_WORKERS": "64", "DATABASE_MAX_CONNECTIONS": "20"}, 2),  # never below two
     ({"GATEWAY_WORKERS": "4", "DATABASE_POOL_SIZE": "7"}, 7),  # an explicit size wins
-    ({"GATEWAY_WORKERS": "1", "GATEWAY_WORKER_THREADS": "32"}, 33),  # a threaded worker: its threads and the sweeper
-    ({"GATEWAY_WORKERS": "2", "GATEWAY_WORKER_THREADS": "64"}, 45),  # ... within its share
+    ({"GATEWAY_WORKERS": "4", "DATABASE_POOL_SIZE": "7", "DATABASE_MAX_CONNECTIONS": "100"}, 7),
+    ({"GATEWAY_WORKERS": "1", "GATEWAY_WORKER_THREADS": "4"}, 5),  # a threaded worker: its threads and the sweeper
+    ({"GATEWAY_WORKERS": "2", "GATEWAY_WORKER_THREADS": "64", "DATABASE_MAX_CONNECTIONS": "90"}, 45),  # ... its share
 ])
-def test_each_worker_pool_takes_its_share_of_the_instance_connections(monkeypatch, variables, size):
+def test_each_worker_pool_holds_a_few_connections_or_its_share_of_the_instance_total(monkeypatch, variables,
+                                                                                      size):
     for name in ("GATEWAY_WORKERS", "GATEWAY_WORKER_THREADS", "DATABASE_MAX_CONNECTIONS", "DATABASE_POOL_SIZE"):
         monkeypatch.delenv(name, raising=False)
     for name, value in variables.items():
         monkeypatch.setenv(name, value)
     config = env.database_from_url("postgres://db.internal/gw", data_dir=None)
     assert config["OPTIONS"]["pool"]["max_size"] == size
+
+
+# PostgreSQL's defaults: max_connections 100, of which superuser_reserved_connections 3 only a
+# superuser may take.
+SERVER_CONNECTIONS = 100 - 3
+
+
+def test_the_default_pools_of_four_instances_leave_postgresql_s_defaults_room_for_commands_and_psql(monkeypatch):
+    for name in ("GATEWAY_WORKER_THREADS", "DATABASE_MAX_CONNECTIONS", "DATABASE_POOL_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GATEWAY_WORKERS", "2")  # an instance on a machine of two cores, as gunicorn_conf has it
+    worker = env.database_from_url("postgres://db.internal/gw", data_dir=None)["OPTIONS"]["pool"]["max_size"]
+    instances = 4 * 2 * worker
+    # The sweeper runs in a worker and uses its pool; a management command, a cron's
+    # settle_stale and an operator's psql each take one or two connections of their own.
+    assert SERVER_CONNECTIONS - instances >= 10
+
+
+def test_a_pool_that_cannot_connect_gives_up_an_attempt_within_seconds_not_psycopg_s_five_minutes():
+    pool = env.database_from_url("postgres://db.internal/gw", data_dir=None)["OPTIONS"]["pool"]
+    # The next request that finds no connection starts another attempt (utils_app.db.open_whole_pool).
+    assert pool["reconnect_timeout"] <= 2 * pool["timeout"]
 
 
 @pytest.mark.parametrize(("name", "value"), [("DATABASE_MAX_CONNECTIONS", "1"), ("DATABASE_POOL_SIZE", "0"),
@@ -137,3 +162,24 @@ def test_the_secret_key_is_generated_once_and_kept(tmp_path):
     first = run()
     assert len(first) >= 40 and first == run()
     assert (tmp_path / "secret_key").read_text().strip() == first
+
+
+@pytest.mark.parametrize(("variables", "refused", "queued"), [
+    ({}, 3.0, 10.0),
+    ({"DATABASE_POOL_TIMEOUT": "1", "DATABASE_POOL_QUEUE_TIMEOUT": "30"}, 1.0, 30.0),
+    ({"DATABASE_POOL_TIMEOUT": "5", "DATABASE_POOL_QUEUE_TIMEOUT": "2"}, 5.0, 5.0),  # never shorter than the other
+])
+def test_a_request_waits_longer_behind_busy_connections_than_for_a_refusing_server(monkeypatch, variables, refused,
+                                                                                    queued):
+    for name in ("DATABASE_POOL_TIMEOUT", "DATABASE_POOL_QUEUE_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    config = env.database_from_url("postgres://db.internal/gw", data_dir=None)
+    assert (config["OPTIONS"]["pool"]["timeout"], config["POOL_QUEUE_TIMEOUT"]) == (refused, queued)
+
+
+def test_the_request_paths_statements_are_prepared_unless_a_pooler_cannot_keep_them(monkeypatch):
+    assert env.database_from_url("postgres://db.internal/gw", data_dir=None)["OPTIONS"]["prepare_threshold"] == 0
+    monkeypatch.setenv("DATABASE_PREPARED_STATEMENTS", "0")
+    assert env.database_from_url("postgres://db.internal/gw", data_dir=None)["OPTIONS"]["prepare_threshold"] is None

@@ -19,6 +19,19 @@ def test_garbage_bodies_are_invalid_json(client, raw):
     assert (error["type"], error["code"]) == ("invalid_request_error", "invalid_json")
 
 
+@pytest.mark.parametrize("raw", [b'{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}", b"[" * 100000])
+def test_json_nested_too_deeply_is_refused_as_too_deep_not_as_invalid(client, raw):
+    error = error_of(client.post("/probe/echo", raw, content_type="application/json"), 400)
+    assert error["code"] == "invalid_json"
+    assert error["message"] == ("The request body nests arrays or objects too deeply to be read: it may be valid "
+                                "JSON, but this service reads JSON nested at most a few hundred levels deep.")
+
+
+def test_json_nested_a_little_is_read(client):
+    nested = {"a": [[[[[[[[[[1]]]]]]]]]]}
+    assert client.post("/probe/echo", nested, content_type="application/json").json() == {"received": nested}
+
+
 def test_a_json_object_passes(client):
     response = client.post("/probe/echo", {"a": 1}, content_type="application/json")
     assert response.json() == {"received": {"a": 1}}

@@ -66,10 +66,41 @@ def test_run_script_answers_as_the_same_script_sent_with_plain_eval():
     plain = redis.Redis.from_url(settings.CACHES["default"]["LOCATION"])
     try:
         plain.delete(*keys)
-        assert cache.run_script(source, keys=keys, args=[2, 3]) == [2, 3]
-        assert cache.run_script(source, keys=keys, args=[2, 3]) == [4, 6]  # sent by its SHA now
+        assert cache.run_script(source, keys=keys, args=[2, 3]) == ([2, 3], [])
+        assert cache.run_script(source, keys=keys, args=[2, 3]) == ([4, 6], [])  # sent by its SHA now
         assert plain.eval(source, 2, *keys, 2, 3) == [6, 9]
         assert [int(plain.get(key)) for key in keys] == [6, 9]
+        # Other commands ride in the same round trip, after the script.
+        answer, rest = cache.run_script(source, keys=keys, args=[1, 1], then=lambda pipe: pipe.get(keys[0]))
+        assert answer == [7, 10] and rest == [b"7"]
+        # A server that lost the script (a restart) gets it again; the other commands ran once.
+        plain.script_flush()
+        answer, rest = cache.run_script(source, keys=keys, args=[1, 1], then=lambda pipe: pipe.incr(keys[1]))
+        assert answer == [8, 12] and rest == [11]
     finally:
         plain.delete(*keys)
         plain.close()
+
+
+@pytest.mark.skipif(not settings.CACHES["default"]["BACKEND"].endswith(".ScriptedRedisCache"),
+                    reason="needs REDIS_URL (the Redis cache); runs in .ci/run")
+def test_every_context_of_the_process_shares_one_redis_client():
+    """Django keeps a cache object per context, and a gevent worker runs each request in its own: without
+    one shared client each request opened a new Redis connection and loaded the script again."""
+    import threading
+
+    seen = []
+
+    def use():
+        from django.core.cache import caches
+
+        own = caches["default"]
+        seen.append((own, own._cache, own.client_for_write()))  # held, so no id is reused
+
+    threads = [threading.Thread(target=use) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({id(own) for own, _, _ in seen}) == 3  # a cache object per context, as Django keeps them
+    assert len({id(client) for _, client, _ in seen}) == 1 and len({id(redis) for _, _, redis in seen}) == 1

@@ -29,7 +29,8 @@ EXAMPLES_PER_OPERATION = 60
 
 SECURED = ("/v1/chat/completions", "/v1/images/generations", "/v1/audio/speech", "/v1/embeddings",
            "/v1/statistic/key")
-ADMIN = ("/admin/update-key", "/admin/create-key", "/admin/revoke-key")
+ADMIN = ("/admin/update-key", "/admin/create-key", "/admin/revoke-key", "/admin/deployments",
+         "/admin/deployments/{id}/disable", "/admin/deployments/{id}/enable")
 # The secret each secured operation is called with: its own key, so one operation's requests never
 # use up another's minute. Known before any key exists, because schemathesis builds its coverage
 # cases, credentials included, before the fixtures run.

@@ -61,20 +61,81 @@ def test_a_cookie_one_answer_sets_never_rides_along_with_later_requests(upstream
     assert len(session.cookies) == 0
 
 
-def test_post_sends_what_the_session_would_with_the_calls_headers_over_the_sessions(upstream):
-    upstream.post(f"{BASE}/chat", json={"ok": True})
-    upstream.post(f"{BASE}/chat", json={"ok": True})
+@pytest.fixture
+def recording_server():
+    """A real HTTP server on 127.0.0.1 that answers {"ok": true} and records what each request carried."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body,
+                         "port": self.client_address[1]})
+            answer = json.dumps({"ok": True}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    server.seen = seen
+    server.base = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_post_sends_what_the_session_would_with_the_calls_headers_over_the_sessions(recording_server):
+    base = recording_server.base
     upstreams = Upstreams(pool_size=1)
     headers = {"Content-Type": "application/json", "Authorization": "Bearer sk-up", "accept-encoding": "identity"}
-    upstreams.session(BASE).post(f"{BASE}/chat", data='{"a": 1}', headers=headers, timeout=(1, 2))
-    answer = upstreams.post(BASE, f"{BASE}/chat", data='{"a": 1}', headers=headers, timeout=(1, 2), stream=True)
-    assert answer.json() == {"ok": True}
-    by_session, by_post = (call.request for call in upstream.calls)
-    assert dict(by_post.headers) == dict(by_session.headers)
-    assert by_post.headers["Accept-Encoding"] == "identity"  # the call's own, whatever its case
-    assert by_post.headers["User-Agent"] == USER_AGENT
-    assert (by_post.method, by_post.url, by_post.body) == (by_session.method, by_session.url, by_session.body)
-    assert upstream.calls[1].request.req_kwargs["timeout"] == (1, 2)
+    upstreams.session(base).post(f"{base}/chat?x=1", data='{"a": 1}', headers=headers, timeout=(1, 2))
+    answer = upstreams.post(base, f"{base}/chat?x=1", data='{"a": 1}', headers=headers, timeout=(1, 2))
+    assert answer.status_code == 200 and answer.raw.read() == b'{"ok": true}'
+    answer.close()
+    by_session, by_post = recording_server.seen
+    assert by_post["headers"] == by_session["headers"]
+    assert by_post["headers"]["accept-encoding"] == "identity"  # the call's own, whatever its case
+    assert by_post["headers"]["user-agent"] == USER_AGENT
+    assert (by_post["path"], by_post["body"]) == (by_session["path"], by_session["body"]) == ("/v1/chat?x=1",
+                                                                                               b'{"a": 1}')
+
+
+def test_post_keeps_its_connection_for_the_next_call_once_the_answer_was_read(recording_server):
+    base = recording_server.base
+    upstreams = Upstreams(pool_size=1)
+    for _ in range(3):
+        with upstreams.post(base, f"{base}/chat", data="{}", headers={}, timeout=(1, 2)) as answer:
+            assert answer.raw.read() == b'{"ok": true}'
+    assert len({call["port"] for call in recording_server.seen}) == 1
+
+
+def test_post_reports_a_refused_connection_and_a_timeout_as_requests_would(recording_server):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    with pytest.raises(requests.ConnectionError) as refused:
+        Upstreams(pool_size=1).post(closed, f"{closed}/chat", data="{}", headers={}, timeout=(1, 2))
+    assert not is_timeout(refused.value)
+    with socket.socket() as silent:  # accepts the connection, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        base = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
+        with pytest.raises(requests.ReadTimeout) as slow:
+            Upstreams(pool_size=1).post(base, f"{base}/chat", data="{}", headers={}, timeout=(1, 0.2))
+    assert is_timeout(slow.value)
 
 
 def test_proxies_and_the_ca_bundle_are_read_from_the_environment_once(clean_environment):

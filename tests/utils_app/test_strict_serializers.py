@@ -18,6 +18,7 @@ from utils_app.serializers import (
     StrictFloatField,
     StrictIntegerField,
     StrictJsonObjectField,
+    StrictListField,
     StrictSerializer,
     fail,
     optional,
@@ -131,6 +132,16 @@ def test_a_json_object_field_passes_the_object_on_untouched():
 @pytest.mark.parametrize("value", [[], "{}", 1, True])
 def test_a_json_object_field_refuses_anything_but_an_object(value):
     assert refusal(StrictJsonObjectField(), value) == ("Must be an object.", "invalid")
+
+
+def test_a_list_field_says_what_is_wrong_in_plain_words():
+    assert refusal(StrictListField(child=StrictIntegerField(), min_length=1), []) == ("Must not be empty.",
+                                                                                     "min_length")
+    assert refusal(StrictListField(child=StrictIntegerField(), min_length=2), [1])[0] == "Must have at least 2 items."
+    assert refusal(StrictListField(child=StrictIntegerField(), max_length=2), [1, 2, 3])[0] == (
+        "Must have at most 2 items.")
+    assert refusal(StrictListField(child=StrictIntegerField()), "1, 2") == ("Must be an array.", "not_a_list")
+    assert StrictListField(child=StrictIntegerField(), min_length=1).run_validation([1, 2]) == [1, 2]
 
 
 def test_a_field_refuses_null_unless_it_is_declared_optional():

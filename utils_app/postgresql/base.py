@@ -12,32 +12,137 @@ Django binds parameters on the client by default: the values are quoted into the
 statement's text, which is what every ORM query here still gets. The two statements of
 a metered request (gateway.metering) instead travel as text plus parameters, which
 costs PostgreSQL about half the CPU per request and psycopg less quoting
-(docs/performance.md). Statements are not prepared either way: a connection pooler in
-front of the database would break prepared statements, and preparing gained little.
+(docs/performance.md). Those two are also prepared on their first use on each pooled
+connection (``prepare_threshold`` 0, utils_app.env; DATABASE_PREPARED_STATEMENTS=0 for a
+pooler that cannot keep them), which takes another third off PostgreSQL's CPU for them;
+the ORM's client-side binding never prepares.
+
+The pool says why it cannot connect. Each attempt to open a connection is recorded
+(utils_app.db.note_connect), so a request's 503 names the cause even when all it met was
+the pool's timeout, and psycopg's pool warnings name theirs in words instead of a libpq
+message over several lines or a connection's repr.
 
 Everything else is Django's backend unchanged.
 """
-from django.db.backends.postgresql import base
+import logging
 
-from utils_app.db import ended_by_server
+import psycopg
+from django.db.backends.postgresql import base, operations
+
+from utils_app.db import ended_by_server, failure_cause, last_connect_failure, note_connect
+
+ENDED_BY_SERVER = "ended by the server while idle in the pool (a restart or a terminated backend)"
+
+
+class Connection(psycopg.Connection):
+    """What the pool opens: a psycopg connection that records how each attempt to open one went."""
+
+    closed_because = ""  # set when the gateway closes it for a reason the pool's warning should tell
+
+    @classmethod
+    def connect(cls, *args, **kwargs):
+        try:
+            conn = super().connect(*args, **kwargs)
+        except psycopg.Error as exc:
+            note_connect(exc)
+            raise
+        note_connect(None)
+        return conn
+
+
+class PoolWarnings(logging.Filter):
+    """psycopg's pool warnings with their cause in words, on one line.
+
+    An exception becomes its cause ("error connecting in 'pool-1': too many clients (...)"), a
+    connection what ended it, and a warning with neither ("reconnection attempt ... failed")
+    gets the cause of the last failed connect.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING or not isinstance(record.args, tuple):
+            return True
+        args = tuple(self._in_words(arg) for arg in record.args)
+        if args == record.args and (refused := last_connect_failure()) is not None:
+            record.msg = f"{record.msg}: last connect failed: %s"
+            args += (refused.cause,)
+        record.args = args
+        return True
+
+    @staticmethod
+    def _in_words(arg):
+        if isinstance(arg, BaseException):
+            return failure_cause(arg)
+        if isinstance(arg, psycopg.Connection):
+            if because := getattr(arg, "closed_because", ""):
+                return because
+            try:
+                message = arg.pgconn.error_message.decode(errors="replace").strip()
+            except Exception:  # a log line must never fail the pool's task that writes it
+                return arg
+            if message:
+                return failure_cause(message)  # what libpq last said on it: the server ended it, say
+        return arg
+
+
+logging.getLogger("psycopg.pool").addFilter(PoolWarnings())
+
+
+class DatabaseOperations(operations.DatabaseOperations):
+    def last_executed_query(self, cursor, sql, params):
+        # psycopg keeps no text of a statement it ran by its prepared name: the statement is the text
+        # (the query log, and tests counting statements, name it by that).
+        return super().last_executed_query(cursor, sql, params) or sql
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
+    ops_class = DatabaseOperations
     _binds_on_server = False
 
+    @property
+    def pool(self):
+        options = self.settings_dict["OPTIONS"].get("pool")
+        if isinstance(options, dict) and "connection_class" not in options:
+            # Django builds the pool from these options once per process; the class it opens
+            # connections with is this backend's, so it is added here rather than in settings.
+            options["connection_class"] = Connection
+        return super().pool
+
     def get_new_connection(self, conn_params):
-        conn = super().get_new_connection(conn_params)
         pool = self.pool
+        if pool is not None:
+            pool.timeout = self._pool_wait()  # Django's getconn() below waits the pool's timeout
+        conn = super().get_new_connection(conn_params)
         if pool is None:
             return conn
         # Bounded: at most every connection the pool can hold is dead, then it opens new ones.
         for _ in range(pool.max_size):
             if not ended_by_server(conn):
                 return conn
+            conn.closed_because = ENDED_BY_SERVER
             conn.close()
             pool.putconn(conn)  # closed: the pool discards it and opens a replacement
+            # The server may be down rather than restarted: wait for the replacement no longer
+            # than for a server that refuses.
+            pool.timeout = self._pool_wait(server_ended_one=True)
             conn = super().get_new_connection(conn_params)
         return conn
+
+    def _pool_wait(self, *, server_ended_one: bool = False) -> float:
+        """How long a request may wait for a pooled connection before it is answered 503.
+
+        While the server accepts connections, a request that finds every one busy waits its
+        turn (POOL_QUEUE_TIMEOUT): in a burst that saturates the CPU, each connection is held
+        until its greenlet gets the CPU back after its statement, so a few connections serve
+        the burst slowly, and shedding what waits past a few seconds would refuse most of it
+        (docs/performance.md). Once the server refuses connections (down, full) waiting long
+        only delays the 503: then DATABASE_POOL_TIMEOUT, the pool's own timeout in settings;
+        likewise once the server has ended a pooled connection, until a new one opens.
+        """
+        options = self.settings_dict["OPTIONS"]["pool"]
+        refused = options.get("timeout", 30.0) if isinstance(options, dict) else 30.0  # psycopg's default
+        if server_ended_one or last_connect_failure() is not None:
+            return refused
+        return self.settings_dict.get("POOL_QUEUE_TIMEOUT", refused)
 
     def server_bound_cursor(self):
         """Like ``cursor()`` (Django's wrapper: query logging, execute wrappers, error mapping), but its

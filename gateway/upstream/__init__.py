@@ -1,0 +1,74 @@
+"""The upstreams: one adapter per provider type, all behind one protocol.
+
+Clients speak OpenAI's API (or Anthropic's, on /v1/messages), and the metering
+pipeline speaks it too: every adapter takes OpenAI-shaped request bodies and hands back
+OpenAI-shaped answers, translating to and from its provider's own protocol. Each type
+named in models_catalog.provider_types has its module here, registered by that name
+(as healthchecks keeps its transports):
+
+    openai     OpenAI's API and every OpenAI-compatible one
+    azure      Azure OpenAI
+    anthropic  Anthropic's Messages API
+    gemini     Google's Gemini API
+    local      the in-process development models
+
+An adapter serves one attempt at one deployment (a provider, one of its secrets, the
+upstream's name for the model) within the attempt's deadline. Its failures are the
+upstream errors of utils_app.errors, which tell the router whether the request moves on
+and what the answer means for the deployment's health.
+"""
+from typing import Protocol
+
+from gateway.upstream.shapes import Audio, ChunkStream, Image, commits
+from gateway.upstream.transport import Deadline
+from models_catalog.models import Deployment
+from models_catalog.provider_types import TYPES
+
+
+class Adapter(Protocol):
+    """One attempt at one deployment. ``payload`` is the client's OpenAI-shaped, validated request body;
+    the adapter sends it under the deployment's upstream name, in its provider's protocol."""
+
+    def __init__(self, deployment: Deployment, deadline: Deadline): ...
+
+    def chat(self, payload: dict) -> dict:
+        """A chat.completion object."""
+
+    def chat_stream(self, payload: dict) -> ChunkStream:
+        """chat.completion.chunk objects, received up to the commit point."""
+
+    def images(self, payload: dict) -> list[Image]:
+        """The image bytes, whatever form the upstream sent them in."""
+
+    def speech(self, payload: dict) -> Audio:
+        """The audio bytes and their content type."""
+
+    def embeddings(self, payload: dict) -> dict:
+        """OpenAI's list of embeddings."""
+
+    def probe(self, operation: str) -> None:
+        """The cheapest call that proves the secret and the model work; raises the upstream error if not."""
+
+
+ADAPTERS: dict[str, type] = {}
+
+
+def register(name: str):
+    """Class decorator: the adapter of the provider type ``name``."""
+    if name not in TYPES:
+        raise ValueError(f"{name!r} is not a provider type (models_catalog.provider_types)")
+
+    def decorate(cls):
+        ADAPTERS[name] = cls
+        return cls
+    return decorate
+
+
+def adapter_for(deployment: Deployment, deadline: Deadline | None = None) -> Adapter:
+    return ADAPTERS[deployment.provider.type](deployment, deadline or Deadline(deployment.provider.timeout))
+
+
+# The adapters register themselves on import.
+from gateway.upstream import azure, gemini, local, openai  # noqa: E402, F401
+
+__all__ = ["ADAPTERS", "Adapter", "Audio", "ChunkStream", "Deadline", "Image", "adapter_for", "commits", "register"]

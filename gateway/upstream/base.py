@@ -1,0 +1,91 @@
+"""What the HTTP adapters share: the deployment's secret, read from its variable, and the transport
+that carries it in the type's own header."""
+import os
+from functools import cached_property
+
+from gateway.upstream.transport import Deadline, HttpTransport, Refusal, json_object
+from models_catalog.catalog import secret_env_allowed
+from models_catalog.models import Deployment
+from utils_app.errors import UpstreamError, UpstreamNotConfigured
+
+PROBE_TEXT = "ping"
+
+
+class HttpAdapter:
+    """An adapter that calls its provider over HTTP. Subclasses name the secret's header
+    (``auth_headers``), read their protocol's error bodies (``read_error``) and map the operations."""
+
+    def __init__(self, deployment: Deployment, deadline: Deadline):
+        self.deployment = deployment
+        self.provider = deployment.provider
+        self.name = self.provider.name
+        self.upstream_model = deployment.upstream_name
+        self.deadline = deadline
+
+    def secret(self) -> str:
+        variable = self.deployment.secret_env
+        if not variable:
+            return ""  # an upstream without authentication (a local OpenAI-compatible server)
+        if not secret_env_allowed(variable):
+            # Only variables meant for upstream secrets are ever read and sent (docs/hardening.md).
+            raise UpstreamNotConfigured(f"The upstream provider '{self.name}' is not configured on this gateway "
+                                        f"({variable} is not an allowed secret variable).")
+        secret = os.environ.get(variable, "").strip()
+        if not secret:
+            # Fail before any network traffic: without the secret the call cannot succeed.
+            raise UpstreamNotConfigured(f"The upstream provider '{self.name}' is not configured on this gateway "
+                                        f"({variable} is not set).")
+        return secret
+
+    def auth_headers(self, secret: str) -> dict:
+        raise NotImplementedError
+
+    def read_error(self, status: int, content: bytes) -> Refusal:
+        """An OpenAI-shaped error body, ``{"error": {"message", "type", "code", "param"}}`` (the default)."""
+        return openai_refusal(content)
+
+    @cached_property
+    def transport(self) -> HttpTransport:
+        secret = self.secret()
+        return HttpTransport(name=self.name, base_url=self.provider.base_url, timeout=self.provider.timeout,
+                             headers=self.auth_headers(secret) if secret else {}, secret=secret,
+                             read_error=self.read_error, deadline=self.deadline)
+
+    def unsupported(self, operation: str) -> UpstreamError:
+        # The catalog refuses such a model; this only guards a pool edited around the checks.
+        return UpstreamError(f"The upstream provider '{self.name}' ({self.provider.type}) does not serve "
+                             f"{operation} requests.")
+
+    def images(self, payload: dict):
+        raise self.unsupported("image")
+
+    def speech(self, payload: dict):
+        raise self.unsupported("speech")
+
+    def embeddings(self, payload: dict) -> dict:
+        raise self.unsupported("embedding")
+
+    def probe(self, operation: str) -> None:
+        """One token of chat, one short embedding or a word of speech; an image model is probed through
+        ``probe_image`` (a generated image would cost more than a probe should)."""
+        if operation == "chat":
+            self.chat({"messages": [{"role": "user", "content": PROBE_TEXT}], "max_tokens": 1})
+        elif operation == "embedding":
+            self.embeddings({"input": PROBE_TEXT})
+        elif operation == "speech":
+            self.speech({"input": PROBE_TEXT, "voice": "alloy"})
+        else:
+            self.probe_image()
+
+    def probe_image(self) -> None:
+        raise self.unsupported("image")
+
+
+def openai_refusal(content: bytes) -> Refusal:
+    """OpenAI's error body; ``insufficient_quota`` (sent with 429) means the account is out of credit."""
+    error = (json_object(content) or {}).get("error")
+    if not isinstance(error, dict):
+        error = {"message": error} if isinstance(error, str) else {}
+    text = {name: error[name] for name in ("message", "code", "param", "type") if isinstance(error.get(name), str)}
+    return Refusal(message=text.get("message", ""), code=text.get("code"), param=text.get("param"),
+                   out_of_credit="insufficient_quota" in (text.get("code"), text.get("type")))

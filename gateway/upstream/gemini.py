@@ -1,0 +1,778 @@
+"""Google's Gemini API: OpenAI-shaped chat and embeddings translated to ``generateContent``,
+``streamGenerateContent?alt=sse`` and ``batchEmbedContents``, and the answers translated back.
+
+``base_url`` is the API's root with its version (default https://generativelanguage.googleapis.com/v1beta);
+the deployment's upstream name is the model (``gemini-2.5-flash``, or a full resource name such as
+``tunedModels/x``). The secret travels in the ``x-goog-api-key`` header only: Google also takes it
+as ``?key=``, which is how Gemini keys end up in logs and error messages, so no URL built here
+ever carries it.
+
+What translates and what is refused is listed in docs/providers.md; the choices that need a
+reason have it next to the code. Gemini has no tool call ids (and refuses ``id`` on the parts sent
+to it), so ids live on the client's side only: a call gets Google's id when it sends one, else one
+made up here, and a ``tool`` message is matched back to its call's name and position through the
+assistant message that made the call, which the client sends along with the results.
+"""
+import base64
+import json
+import math
+import re
+import struct
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from urllib.parse import quote
+
+from gateway.upstream import register
+from gateway.upstream.base import HttpAdapter
+from gateway.upstream.shapes import ChunkStream, content_text
+from gateway.upstream.transport import EventStream, HttpTransport, Refusal, json_object
+from models_catalog.provider_types import TYPES
+from utils_app.errors import (
+    GatewayError,
+    InvalidRequest,
+    UnsupportedParameter,
+    UpstreamError,
+    UpstreamRejected,
+)
+
+FINISH_REASONS = {"STOP": "stop", "MAX_TOKENS": "length"}
+# Gemini's reasons for withholding output: OpenAI's content_filter.
+FILTERED = {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "LANGUAGE",
+            "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION"}
+# Where Gemini 3 models keep the signature they need back with a function call; the key Google's own
+# OpenAI-compatible endpoint uses, so clients written for it keep working.
+SIGNATURE_KEY = "google"
+# JSON Schema types and the formats Gemini's schema (an OpenAPI 3.0 subset) takes for each.
+SCHEMA_TYPES = {"string": "STRING", "number": "NUMBER", "integer": "INTEGER", "boolean": "BOOLEAN",
+                "array": "ARRAY", "object": "OBJECT"}
+SCHEMA_FORMATS = {"STRING": {"enum", "date-time"}, "INTEGER": {"int32", "int64"}, "NUMBER": {"float", "double"}}
+SCHEMA_KEPT = ("description", "minimum", "maximum", "minItems", "maxItems", "minLength", "maxLength", "pattern",
+               "minProperties", "maxProperties")
+# How deep a $ref may be followed: a recursive schema is cut off rather than inlined for ever.
+SCHEMA_MAX_DEPTH = 16
+DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)(?:;[^,;]*)*;base64,(?P<data>.*)\Z", re.S)
+AUDIO_FORMATS = {"wav": "audio/wav", "mp3": "audio/mp3"}
+# A Google error body's status or message that says the project cannot be served at all: its key or its
+# billing. Google answers an invalid key with 400 API_KEY_INVALID, not 401.
+KEY_REFUSED = {"API_KEY_INVALID", "API_KEY_EXPIRED", "API_KEY_SERVICE_BLOCKED"}
+NO_CREDIT = re.compile(r"prepay|credits? (?:are|is|have been) (?:depleted|exhausted)|credit balance|"
+                       r"billing (?:is )?not (?:enabled|active)|enable billing|billing account", re.I)
+
+
+# ---------------------------------------------------------------- errors
+
+@dataclass(frozen=True)
+class GeminiRefusal(Refusal):
+    retry_delay: float | None = None  # RetryInfo's retryDelay: Google's Retry-After, sent in the body
+
+
+def gemini_refusal(status: int, content: bytes | str) -> GeminiRefusal:
+    """Google's error body, ``{"error": {"code", "message", "status", "details": [...]}}``.
+
+    A refused key (whatever the HTTP status: an invalid one comes as 400), a project without
+    billing (FAILED_PRECONDITION: also the "not available in your location" refusal, which no
+    request can fix either) and spent prepaid credit disable the secret; RESOURCE_EXHAUSTED
+    otherwise is a rate limit, even when its message says "quota" (Google's per-minute limits do).
+    """
+    error = (json_object(content) or {}).get("error")
+    if not isinstance(error, dict):
+        error = {"message": error} if isinstance(error, str) else {}
+    message = error["message"] if isinstance(error.get("message"), str) else ""
+    state = error["status"] if isinstance(error.get("status"), str) else ""
+    reasons, delay = set(), None
+    for detail in error.get("details") if isinstance(error.get("details"), list) else ():
+        if not isinstance(detail, dict):
+            continue
+        if isinstance(detail.get("reason"), str):
+            reasons.add(detail["reason"])
+        if isinstance(detail.get("retryDelay"), str):
+            delay = _seconds(detail["retryDelay"])
+    refused_key = bool(reasons & KEY_REFUSED) or state in ("UNAUTHENTICATED", "PERMISSION_DENIED")
+    no_credit = state == "FAILED_PRECONDITION" or bool(NO_CREDIT.search(message))
+    return GeminiRefusal(message=message, code=(state.lower() or None) if status != 429 else None,
+                         out_of_credit=refused_key or no_credit, retry_delay=delay)
+
+
+def _seconds(duration: str) -> float | None:
+    """A protobuf Duration in JSON ("13s", "0.5s") as seconds."""
+    try:
+        seconds = float(duration.removesuffix("s"))
+    except ValueError:
+        return None
+    return seconds if seconds > 0 and math.isfinite(seconds) else None
+
+
+class GeminiTransport(HttpTransport):
+    """Google sends its retry hint in a 429's body (RetryInfo), not as Retry-After: read as if it were one,
+    so the deployment cools down for as long as Google asks."""
+
+    def refused(self, status, headers, refusal):
+        delay = getattr(refusal, "retry_delay", None)
+        if status == 429 and delay and not headers.get("Retry-After"):
+            headers = {**headers, "Retry-After": f"{delay:g}"}
+        return super().refused(status, headers, refusal)
+
+
+# ---------------------------------------------------------------- the adapter
+
+@register("gemini")
+class GeminiAdapter(HttpAdapter):
+    def auth_headers(self, secret: str) -> dict:
+        return {"x-goog-api-key": secret}
+
+    def read_error(self, status: int, content: bytes) -> Refusal:
+        return gemini_refusal(status, content)
+
+    @cached_property
+    def transport(self) -> HttpTransport:
+        secret = self.secret()
+        return GeminiTransport(name=self.name, base_url=self.provider.base_url or TYPES["gemini"].default_base_url,
+                               timeout=self.provider.timeout, headers=self.auth_headers(secret) if secret else {},
+                               secret=secret, read_error=self.read_error, deadline=self.deadline)
+
+    @property
+    def resource(self) -> str:
+        """The model's resource name: a bare model name is under models/; "tunedModels/…" is kept as it is."""
+        name = self.upstream_model
+        return name if "/" in name else f"models/{name}"
+
+    def path(self, method: str) -> str:
+        return f"/{quote(self.resource)}:{method}"
+
+    # -- operations
+
+    def chat(self, payload: dict) -> dict:
+        request = generate_request(payload, self.fetch_image)
+        body = self.transport.post_json(self.path("generateContent"), request)
+        return completion(body, model=self.upstream_model, malformed=self.transport.malformed)
+
+    def chat_stream(self, payload: dict) -> ChunkStream:
+        request = generate_request(payload, self.fetch_image)
+        events = self.transport.stream(self.path("streamGenerateContent") + "?alt=sse", request)
+        usage = bool((payload.get("stream_options") or {}).get("include_usage"))
+        return ChunkStream(self._chunks(events, candidates=payload.get("n") or 1, usage=usage), events.close)
+
+    def _chunks(self, events: EventStream, *, candidates: int, usage: bool) -> Iterator[dict]:
+        stream = StreamTranslation(model=self.upstream_model, candidates=candidates)
+        for data in events:
+            event = json_object(data)
+            if event is None:
+                raise self.transport.malformed("stream event")
+            if "error" in event:
+                raise self._stream_error(event, data)
+            chunk = stream.translate(event, malformed=self.transport.malformed)
+            if chunk is not None:
+                yield chunk
+            if stream.done:
+                events.finished()
+                break
+        if not stream.finished_any:
+            raise UpstreamError(f"The upstream provider '{self.name}' closed the stream before it finished.")
+        if usage and stream.usage is not None:
+            yield stream.usage_chunk()
+
+    def _stream_error(self, event: dict, data: str) -> GatewayError:
+        """An error Google sends as an event once the stream is under way: read like an error answer."""
+        error = event.get("error")
+        code = error.get("code") if isinstance(error, dict) else None
+        status = code if type(code) is int and 400 <= code <= 599 else 502
+        return self.transport.refused(status, {}, gemini_refusal(status, data))
+
+    def embeddings(self, payload: dict) -> dict:
+        texts = payload["input"] if isinstance(payload["input"], list) else [payload["input"]]
+        dimensions = payload.get("dimensions")
+        request = {"requests": [{"model": self.resource, "content": {"parts": [{"text": text}]},
+                                 **({"outputDimensionality": dimensions} if dimensions else {})} for text in texts]}
+        body = self.transport.post_json(self.path("batchEmbedContents"), request)
+        return embedding_list(body, model=self.upstream_model, normalise=bool(dimensions),
+                              base64_encoded=payload.get("encoding_format") == "base64",
+                              malformed=self.transport.malformed)
+
+    def fetch_image(self, url: str, where: str) -> dict:
+        """An image the client gave by URL, fetched by the gateway and sent inline.
+
+        Gemini's fileData takes only URIs of Google's own Files API (and a few hosts), so
+        any other URL has to travel as bytes. The fetch is SSRF-checked like every image
+        fetch (transport.fetch_image) and counts against the attempt's deadline. A URL that
+        cannot be used is the client's fault (400), never the deployment's.
+        """
+        try:
+            content, content_type = self.transport.fetch_image(url)
+        except UpstreamError:
+            raise InvalidRequest(f"The image at {where} could not be fetched: it must be a public http(s) URL of a "
+                                 f"PNG, JPEG, WebP or GIF image, answering within the request's time.",
+                                 param=where) from None
+        return {"inlineData": {"mimeType": content_type, "data": base64.b64encode(content).decode("ascii")}}
+
+
+# ---------------------------------------------------------------- the request
+
+def generate_request(payload: dict, fetch_image: Callable[[str, str], dict]) -> dict:
+    """A GenerateContentRequest for an OpenAI-shaped chat request; a parameter Gemini cannot honour raises."""
+    refuse_unsupported(payload)
+    system, contents = conversation(payload["messages"], fetch_image)
+    request: dict = {"contents": contents}
+    if system:
+        request["systemInstruction"] = {"parts": system}
+    tools = payload.get("tools")
+    if tools:
+        request["tools"] = [{"functionDeclarations": [declaration(tool, index) for index, tool in enumerate(tools)]}]
+    if payload.get("tool_choice") is not None:
+        request["toolConfig"] = {"functionCallingConfig": calling_config(payload["tool_choice"])}
+    config = generation_config(payload)
+    if config:
+        request["generationConfig"] = config
+    return request
+
+
+def refuse_unsupported(payload: dict) -> None:
+    """What Gemini has no way to do. Asking for nothing of it (logprobs false, parallel tool calls
+    allowed, an empty logit_bias) is honoured by doing nothing, so it is not refused."""
+    if payload.get("logit_bias"):
+        raise _unsupported("logit_bias", "Gemini has no token biases")
+    if payload.get("parallel_tool_calls") is False:
+        raise _unsupported("parallel_tool_calls", "Gemini cannot be kept from calling several functions at once")
+    if payload.get("top_logprobs") and not payload.get("logprobs"):
+        raise InvalidRequest("top_logprobs needs logprobs: true.", param="top_logprobs")
+
+
+def _unsupported(param: str, why: str) -> UnsupportedParameter:
+    return UnsupportedParameter(f"The parameter '{param}' is not supported for this model: {why}.", param=param)
+
+
+def generation_config(payload: dict) -> dict:
+    config = {}
+    for ours, theirs in (("temperature", "temperature"), ("top_p", "topP"), ("seed", "seed"),
+                         ("presence_penalty", "presencePenalty"), ("frequency_penalty", "frequencyPenalty")):
+        if payload.get(ours) is not None:
+            config[theirs] = payload[ours]
+    limit = payload.get("max_completion_tokens") or payload.get("max_tokens")
+    if limit:
+        config["maxOutputTokens"] = limit
+    stop = payload.get("stop")
+    if stop:
+        config["stopSequences"] = [stop] if isinstance(stop, str) else list(stop)
+    if (payload.get("n") or 1) > 1:
+        config["candidateCount"] = payload["n"]
+    if payload.get("logprobs"):
+        config["responseLogprobs"] = True
+        if payload.get("top_logprobs"):
+            config["logprobs"] = payload["top_logprobs"]
+    response_format = payload.get("response_format")
+    if response_format:
+        config.update(response_config(response_format))
+    return config
+
+
+def response_config(response_format: dict) -> dict:
+    kind = response_format.get("type")
+    if kind == "text":
+        return {}
+    if kind == "json_object":
+        return {"responseMimeType": "application/json"}
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if schema is not None and not isinstance(schema, dict):
+            raise InvalidRequest("response_format.json_schema.schema must be a JSON schema object.",
+                                 param="response_format")
+        converted = gemini_schema(schema) if schema else {}
+        if converted.get("type") == "OBJECT" and not converted.get("properties"):
+            converted = {}  # Gemini refuses an object schema without properties; JSON is still asked for
+        return {"responseMimeType": "application/json", **({"responseSchema": converted} if converted else {})}
+    raise _unsupported("response_format", f"Gemini has no response format {kind!r}")
+
+
+# -- tools
+
+def declaration(tool: dict, index: int) -> dict:
+    if tool.get("type") != "function":
+        raise UnsupportedParameter(f"tools.{index}: tools of type {tool.get('type')!r} are not supported for this "
+                                   f"model; only function tools are.", param="tools")
+    function = tool["function"]
+    found = {"name": function["name"]}
+    if isinstance(function.get("description"), str) and function["description"]:
+        found["description"] = function["description"]
+    parameters = function.get("parameters")
+    if parameters is not None and not isinstance(parameters, dict):
+        raise InvalidRequest(f"tools.{index}.function.parameters must be a JSON schema object.",
+                             param=f"tools.{index}.function.parameters")
+    schema = gemini_schema(parameters) if parameters else {}
+    # A function without parameters has none at all for Gemini: it refuses an object without properties.
+    if schema.get("properties"):
+        found["parameters"] = schema
+    return found
+
+
+def calling_config(choice) -> dict:
+    """OpenAI's tool_choice as Gemini's functionCallingConfig: auto, none, required, or one named function."""
+    if isinstance(choice, str):
+        return {"mode": {"auto": "AUTO", "none": "NONE", "required": "ANY"}[choice]}
+    function = choice.get("function") if choice.get("type") == "function" else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise UnsupportedParameter("tool_choice must be 'auto', 'none', 'required' or "
+                                   "{\"type\": \"function\", \"function\": {\"name\": …}} for this model.",
+                                   param="tool_choice")
+    return {"mode": "ANY", "allowedFunctionNames": [function["name"]]}
+
+
+def gemini_schema(schema: dict, defs: dict | None = None, depth: int = 0) -> dict:
+    """A JSON Schema as Gemini's Schema object, an OpenAPI 3.0 subset: upper-case types, ``nullable``
+    instead of a "null" type, ``$ref`` inlined, ``anyOf`` for ``oneOf`` and several types, and what
+    Gemini refuses (additionalProperties, $schema, const on a non-string…) left out."""
+    if not isinstance(schema, dict):
+        return {}
+    if defs is None:
+        defs = {**(schema.get("definitions") or {}), **(schema.get("$defs") or {})}
+    if depth > SCHEMA_MAX_DEPTH:
+        return {"type": "OBJECT"}
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        target = defs.get(ref.rsplit("/", 1)[-1])
+        rest = {key: value for key, value in schema.items() if key != "$ref"}
+        return gemini_schema({**(target if isinstance(target, dict) else {}), **rest}, defs, depth + 1)
+    if isinstance(schema.get("allOf"), list):
+        # Gemini has no allOf: the parts are merged into one schema (their properties and requirements joined).
+        out = gemini_schema({key: value for key, value in schema.items() if key != "allOf"}, defs, depth + 1)
+        for part in schema["allOf"]:
+            part = gemini_schema(part, defs, depth + 1)
+            properties = {**part.pop("properties", {}), **out.pop("properties", {})}
+            required = list(dict.fromkeys([*part.pop("required", []), *out.pop("required", [])]))
+            part.pop("propertyOrdering", None)
+            out.pop("propertyOrdering", None)
+            out = {**part, **out}
+            if properties:
+                out.update(properties=properties, type="OBJECT")
+                if len(properties) > 1:
+                    out["propertyOrdering"] = list(properties)
+            if required:
+                out["required"] = required
+        return out
+
+    out: dict = {}
+    choices = schema.get("anyOf") if isinstance(schema.get("anyOf"), list) else schema.get("oneOf")
+    kinds = schema.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds] if isinstance(kinds, str) else []
+    if "null" in kinds or isinstance(choices, list) and {"type": "null"} in choices:
+        out["nullable"] = True
+    kinds = [kind for kind in kinds if kind != "null"]
+    if isinstance(choices, list):
+        options = [gemini_schema(option, defs, depth + 1) for option in choices if option != {"type": "null"}]
+        if len(options) == 1:
+            out.update(options[0])
+        elif options:
+            out["anyOf"] = options
+    if len(kinds) > 1:
+        out["anyOf"] = [gemini_schema({**schema, "type": kind}, defs, depth + 1) for kind in kinds]
+        return out
+    if kinds:
+        out["type"] = SCHEMA_TYPES.get(kinds[0], "STRING")
+    for key in SCHEMA_KEPT:
+        if key in schema:
+            out[key] = schema[key]
+    values = [schema["const"]] if "const" in schema else schema.get("enum")
+    if isinstance(values, list) and values:
+        if all(isinstance(value, str) for value in values):
+            out["enum"] = values
+            out.setdefault("type", "STRING")
+        else:
+            # Gemini's enums are strings only: the allowed values are kept as words the model reads.
+            allowed = ", ".join(json.dumps(value) for value in values)
+            out["description"] = f"{out.get('description', '')} One of: {allowed}.".strip()
+    if schema.get("format") in SCHEMA_FORMATS.get(out.get("type"), ()):
+        out["format"] = schema["format"]
+    if isinstance(schema.get("properties"), dict):
+        properties = {name: gemini_schema(value, defs, depth + 1) for name, value in schema["properties"].items()}
+        if properties:
+            out["properties"] = properties
+            out.setdefault("type", "OBJECT")
+            required = [name for name in schema.get("required") or () if name in properties]
+            if required:
+                out["required"] = required
+            if len(properties) > 1:
+                out["propertyOrdering"] = list(properties)
+    items = schema.get("items")
+    if isinstance(items, list):
+        items = items[0] if items else None  # tuple validation: Gemini has one item schema
+    if isinstance(items, dict):
+        out["items"] = gemini_schema(items, defs, depth + 1)
+        out.setdefault("type", "ARRAY")
+    return out
+
+
+# -- messages
+
+def conversation(messages: list[dict], fetch_image: Callable[[str, str], dict]) -> tuple[list, list]:
+    """(systemInstruction parts, contents). System and developer messages become the system instruction,
+    wherever they stand; assistant turns are the "model" role; the results of one assistant turn's tool
+    calls go back as functionResponse parts of one user turn, in the order of the calls (Gemini pairs
+    them by position and name); turns of one role in a row are merged (Gemini wants them to alternate)."""
+    system: list[dict] = []
+    contents: list[dict] = []
+    calls: dict[str, tuple[str, int]] = {}  # tool call id -> (function name, position in its assistant turn)
+    results: list[tuple[int, dict]] = []  # the functionResponse parts of the tool messages in a row
+
+    def flush_results() -> None:
+        _add(contents, "user", [part for _, part in sorted(results, key=lambda result: result[0])])
+        results.clear()
+
+    for index, message in enumerate(messages):
+        role, where = message["role"], f"messages.{index}"
+        if role in ("system", "developer"):
+            system.extend(_text_parts(message.get("content"), where))
+        elif role == "tool":
+            call = calls.get(message.get("tool_call_id"))
+            if call is None:
+                raise InvalidRequest(f"{where}.tool_call_id matches no tool call of an earlier assistant message; "
+                                     f"send the assistant message with its tool_calls before the results.",
+                                     param=f"{where}.tool_call_id")
+            name, position = call
+            results.append((position, {"functionResponse": {"name": name,
+                                                            "response": _function_response(message["content"])}}))
+        elif role == "assistant":
+            flush_results()
+            parts = _text_parts(message.get("content"), where)
+            turn_calls = list(message.get("tool_calls") or ())
+            if message.get("function_call"):  # the older single-call form
+                turn_calls.append({"function": message["function_call"]})
+            for position, call in enumerate(turn_calls):
+                part = _function_call(call, f"{where}.tool_calls.{position}")
+                if call.get("id"):
+                    calls[call["id"]] = (part["functionCall"]["name"], position)
+                parts.append(part)
+            _add(contents, "model", parts)
+        else:
+            flush_results()
+            _add(contents, "user", _user_parts(message.get("content"), where, fetch_image))
+    flush_results()
+    return system, contents
+
+
+def _add(contents: list[dict], role: str, parts: list[dict]) -> None:
+    if not parts:
+        return  # an empty turn (an assistant message with empty content): Gemini refuses one
+    if contents and contents[-1]["role"] == role:
+        contents[-1]["parts"].extend(parts)
+    else:
+        contents.append({"role": role, "parts": parts})
+
+
+def _function_call(call: dict, where: str) -> dict:
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise InvalidRequest(f"{where}.function needs a name.", param=f"{where}.function")
+    arguments = function.get("arguments") or "{}"
+    try:
+        args = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        args = None
+    if not isinstance(args, dict):
+        raise InvalidRequest(f"{where}.function.arguments must be a JSON object, as the model sent it.",
+                             param=f"{where}.function.arguments")
+    part = {"functionCall": {"name": function["name"], "args": args}}
+    extra = call.get("extra_content")
+    signature = extra.get(SIGNATURE_KEY, {}).get("thought_signature") if isinstance(extra, dict) else None
+    if isinstance(signature, str) and signature:
+        part["thoughtSignature"] = signature
+    return part
+
+
+def _function_response(content) -> dict:
+    """A tool's result as Gemini's response object: a JSON object result as it is, anything else under "output"
+    (the key Gemini's documentation names for a function's output)."""
+    text = content_text(content)
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    return value if isinstance(value, dict) else {"output": text}
+
+
+def _text_parts(content, where: str) -> list[dict]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"text": content}] if content else []
+    parts = []
+    for index, part in enumerate(content):
+        if part.get("type") in ("text", "refusal"):
+            text = part.get("text") if part.get("type") == "text" else part.get("refusal")
+            if isinstance(text, str) and text:
+                parts.append({"text": text})
+        else:
+            raise _part_unsupported(part, f"{where}.content.{index}")
+    return parts
+
+
+def _user_parts(content, where: str, fetch_image: Callable[[str, str], dict]) -> list[dict]:
+    if not isinstance(content, list):
+        return _text_parts(content, where)
+    parts = []
+    for index, part in enumerate(content):
+        at = f"{where}.content.{index}"
+        kind = part.get("type")
+        if kind == "text":
+            if part["text"]:
+                parts.append({"text": part["text"]})
+        elif kind == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            if not isinstance(url, str):
+                raise InvalidRequest(f"{at}.image_url needs a url.", param=f"{at}.image_url")
+            parts.append(_inline(url, f"{at}.image_url.url") if url.startswith("data:")
+                         else fetch_image(url, f"{at}.image_url.url"))
+        elif kind == "input_audio":
+            audio = part.get("input_audio") if isinstance(part.get("input_audio"), dict) else {}
+            mime = AUDIO_FORMATS.get(audio.get("format"))
+            if mime is None or not isinstance(audio.get("data"), str):
+                raise InvalidRequest(f"{at}.input_audio needs base64 data and a format of wav or mp3.",
+                                     param=f"{at}.input_audio")
+            parts.append({"inlineData": {"mimeType": mime, "data": audio["data"]}})
+        elif kind == "file" and isinstance(part.get("file"), dict) and isinstance(part["file"].get("file_data"), str):
+            parts.append(_inline(part["file"]["file_data"], f"{at}.file.file_data"))
+        else:
+            raise _part_unsupported(part, at)
+    return parts
+
+
+def _part_unsupported(part: dict, where: str) -> UnsupportedParameter:
+    what = "file parts by file_id" if part.get("type") == "file" else f"content parts of type {part.get('type')!r}"
+    return UnsupportedParameter(f"{where}: {what} are not supported for this model.", param="messages")
+
+
+def _inline(url: str, where: str) -> dict:
+    match = DATA_URL.match(url)
+    if not match:
+        raise InvalidRequest(f"{where} must be an http(s) URL or a base64 data URL (data:TYPE;base64,…).",
+                             param=where)
+    return {"inlineData": {"mimeType": match["type"], "data": match["data"]}}
+
+
+# ---------------------------------------------------------------- the answer
+
+def finish_reason(reason, called: bool) -> str | None:
+    if called:
+        return "tool_calls"  # an answer that calls a function, whatever Gemini's reason
+    if not reason:
+        return None
+    return "content_filter" if reason in FILTERED else FINISH_REASONS.get(reason, "stop")
+
+
+def usage(meta) -> dict | None:
+    """Gemini's usageMetadata as OpenAI's usage. prompt_tokens counts every input token: the prompt (cached
+    part included) and what built-in tools fed back; completion_tokens counts the thinking tokens too, as
+    OpenAI counts reasoning tokens and as Google bills them (at the output price)."""
+    if not isinstance(meta, dict):
+        return None
+
+    def count(name: str) -> int:
+        value = meta.get(name)
+        return value if type(value) is int and value >= 0 else 0
+
+    prompt = count("promptTokenCount") + count("toolUsePromptTokenCount")
+    thoughts = count("thoughtsTokenCount")
+    completion_tokens = count("candidatesTokenCount") + thoughts
+    return {"prompt_tokens": prompt, "completion_tokens": completion_tokens, "total_tokens": prompt + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": count("cachedContentTokenCount")},
+            "completion_tokens_details": {"reasoning_tokens": thoughts}}
+
+
+def blocked(body: dict) -> UpstreamRejected | None:
+    """A prompt Gemini refused to answer (promptFeedback.blockReason, no candidates): the request's fault,
+    answered as Azure OpenAI answers a filtered prompt (400 content_filter), not retried elsewhere."""
+    feedback = body.get("promptFeedback")
+    reason = feedback.get("blockReason") if isinstance(feedback, dict) else None
+    if not reason or body.get("candidates"):
+        return None
+    return UpstreamRejected(f"The prompt was blocked by the upstream's content filter ({reason}).", status=400,
+                            code="content_filter", param="messages")
+
+
+def _candidates(body: dict, malformed) -> list[dict]:
+    candidates = body.get("candidates") or []
+    if not isinstance(candidates, list) or not all(isinstance(candidate, dict) for candidate in candidates):
+        raise malformed("response")
+    return candidates
+
+
+def read_parts(candidate: dict, malformed) -> tuple[list[str], list[dict]]:
+    """The answer's text pieces and function calls (thought summaries left out)."""
+    content = candidate.get("content") or {}
+    parts = content.get("parts") if isinstance(content, dict) else None
+    if parts is None:
+        return [], []
+    if not isinstance(parts, list):
+        raise malformed("response")
+    texts, calls = [], []
+    for part in parts:
+        if not isinstance(part, dict):
+            raise malformed("response")
+        if isinstance(part.get("text"), str) and not part.get("thought"):
+            texts.append(part["text"])
+        elif "functionCall" in part:
+            calls.append(tool_call(part, malformed))
+    return texts, calls
+
+
+def tool_call(part: dict, malformed) -> dict:
+    call = part["functionCall"]
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        raise malformed("function call")
+    args = call.get("args") or {}
+    if not isinstance(args, dict):
+        raise malformed("function call")
+    found = {"id": call["id"] if isinstance(call.get("id"), str) and call["id"] else f"call_{uuid.uuid4().hex[:24]}",
+             "type": "function", "function": {"name": call["name"], "arguments": json.dumps(args, ensure_ascii=False)}}
+    if isinstance(part.get("thoughtSignature"), str):
+        found["extra_content"] = {SIGNATURE_KEY: {"thought_signature": part["thoughtSignature"]}}
+    return found
+
+
+def logprobs(candidate: dict) -> dict | None:
+    """Gemini's logprobsResult as OpenAI's choice logprobs (content tokens with their top alternatives)."""
+    result = candidate.get("logprobsResult")
+    if not isinstance(result, dict):
+        return None
+    chosen = result.get("chosenCandidates") if isinstance(result.get("chosenCandidates"), list) else []
+    tops = result.get("topCandidates") if isinstance(result.get("topCandidates"), list) else []
+
+    def token(entry) -> dict:
+        text = entry.get("token") if isinstance(entry.get("token"), str) else ""
+        value = entry.get("logProbability")
+        return {"token": text, "logprob": float(value) if isinstance(value, (int, float)) else 0.0,
+                "bytes": list(text.encode())}
+
+    content = []
+    for index, entry in enumerate(item for item in chosen if isinstance(item, dict)):
+        top = tops[index].get("candidates") if index < len(tops) and isinstance(tops[index], dict) else None
+        content.append({**token(entry), "top_logprobs": [token(alternative) for alternative in top or ()
+                                                         if isinstance(alternative, dict)]})
+    return {"content": content, "refusal": None}
+
+
+def completion(body: dict, *, model: str, malformed) -> dict:
+    rejected = blocked(body)
+    if rejected:
+        raise rejected
+    candidates = _candidates(body, malformed)
+    if not candidates:
+        raise malformed("response (no candidates)")
+    choices = []
+    for position, candidate in enumerate(candidates):
+        texts, calls = read_parts(candidate, malformed)
+        message = {"role": "assistant", "content": "".join(texts) if texts else None}
+        if calls:
+            message["tool_calls"] = calls
+        index = candidate.get("index")
+        choices.append({"index": index if type(index) is int else position, "message": message,
+                        "logprobs": logprobs(candidate),
+                        "finish_reason": finish_reason(candidate.get("finishReason") or "STOP", bool(calls))})
+    answer = {"id": _completion_id(body), "object": "chat.completion", "created": int(time.time()), "model": model,
+              "choices": choices}
+    counted = usage(body.get("usageMetadata"))
+    if counted:
+        answer["usage"] = counted
+    return answer
+
+
+def _completion_id(body: dict) -> str:
+    response_id = body.get("responseId")
+    return f"chatcmpl-{response_id}" if isinstance(response_id, str) and response_id else \
+        f"chatcmpl-{uuid.uuid4().hex[:24]}"
+
+
+class StreamTranslation:
+    """Gemini's stream events, each a GenerateContentResponse with the next piece of each candidate, as
+    chat.completion.chunk objects: one chunk per event, as it arrives. A function call arrives whole in
+    one event and becomes one tool call delta, its arguments complete."""
+
+    def __init__(self, *, model: str, candidates: int):
+        self.model = model
+        self.expected = candidates
+        self.id = ""
+        self.created = int(time.time())
+        self.usage: dict | None = None
+        self.opened: set[int] = set()  # choices whose first chunk (with the role) was sent
+        self.calls: dict[int, int] = {}  # choice -> tool calls sent so far (the next call's index)
+        self.finished: set[int] = set()
+
+    @property
+    def finished_any(self) -> bool:
+        return bool(self.finished)
+
+    @property
+    def done(self) -> bool:
+        return len(self.finished) >= self.expected
+
+    def translate(self, event: dict, *, malformed) -> dict | None:
+        rejected = blocked(event)
+        if rejected:
+            raise rejected
+        self.id = self.id or _completion_id(event)
+        counted = usage(event.get("usageMetadata"))
+        if counted:
+            self.usage = counted
+        choices = []
+        for position, candidate in enumerate(_candidates(event, malformed)):
+            index = candidate.get("index") if type(candidate.get("index")) is int else position
+            texts, calls = read_parts(candidate, malformed)
+            delta: dict = {}
+            if index not in self.opened:
+                delta["role"] = "assistant"
+            if texts and "".join(texts):
+                delta["content"] = "".join(texts)
+            if calls:
+                first = self.calls.get(index, 0)
+                delta["tool_calls"] = [{"index": first + offset, **call} for offset, call in enumerate(calls)]
+                self.calls[index] = first + len(calls)
+            reason = candidate.get("finishReason")
+            finish = finish_reason(reason, index in self.calls) if reason else None
+            if not delta.keys() - {"role"} and finish is None:
+                continue  # nothing to say yet (an empty text or a thought summary)
+            self.opened.add(index)
+            if finish:
+                self.finished.add(index)
+            choices.append({"index": index, "delta": delta, "logprobs": logprobs(candidate),
+                            "finish_reason": finish})
+        if not choices:
+            return None
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": choices}
+
+    def usage_chunk(self) -> dict:
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": [], "usage": self.usage}
+
+
+# ---------------------------------------------------------------- embeddings
+
+def embedding_list(body: dict, *, model: str, normalise: bool, base64_encoded: bool, malformed) -> dict:
+    """batchEmbedContents' answer as OpenAI's list of embeddings.
+
+    With ``dimensions`` Gemini cuts its vector short without scaling it back to length 1,
+    which OpenAI's embeddings always have (clients compare them with a dot product): such
+    vectors are normalised here. base64 is OpenAI's: little-endian float32.
+    """
+    embeddings = body.get("embeddings")
+    if not isinstance(embeddings, list):
+        raise malformed("list of embeddings")
+    data = []
+    for index, item in enumerate(embeddings):
+        values = item.get("values") if isinstance(item, dict) else None
+        if not isinstance(values, list) or not all(type(v) in (int, float) for v in values):
+            raise malformed("list of embeddings")
+        if normalise:
+            length = math.sqrt(sum(value * value for value in values))
+            values = [value / length for value in values] if length else values
+        vector = base64.b64encode(struct.pack(f"<{len(values)}f", *values)).decode("ascii") if base64_encoded \
+            else [float(value) for value in values]
+        data.append({"object": "embedding", "index": index, "embedding": vector})
+    answer = {"object": "list", "data": data, "model": model}
+    meta = body.get("usageMetadata")
+    tokens = meta.get("promptTokenCount") if isinstance(meta, dict) else None
+    if type(tokens) is int and tokens >= 0:
+        answer["usage"] = {"prompt_tokens": tokens, "total_tokens": tokens}
+    return answer

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import close_old_connections, connection
+from django.db import DatabaseError, close_old_connections, connection
 
 from gateway import routing, upstream
 from models_catalog import catalog
 from models_catalog.models import Deployment
+from utils_app.db import unavailable_cause
 from utils_app.errors import GatewayError
 
 log = logging.getLogger("gateway.routing")
@@ -110,6 +111,9 @@ def _upkeep() -> None:
                     for result in probe_disabled():
                         if not result.ok:
                             log.info("deployment %s still fails its probe: %s", result.deployment.pk, result.detail)
+        except DatabaseError as refused:  # the database is down or full: say why, in words, and try again
+            log.warning("routing upkeep skipped, database unavailable: %s; it runs again in %ss",
+                        unavailable_cause(refused), UPKEEP_SECONDS)
         except Exception:
             log.exception("routing upkeep failed; it runs again in %ss", UPKEEP_SECONDS)
         finally:

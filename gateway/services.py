@@ -277,8 +277,9 @@ def admit(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1
     if line is not None:
         line.model = model.model_id  # from the catalog, never the client's text: a bounded metric label
     if model.type != operation:
-        raise InvalidRequest(f"The model '{model_id}' is a {model.type} model; this operation needs a "
-                             f"{operation} model.", code="model_type_mismatch", param="model")
+        raise InvalidRequest(f"The model '{model_id}' serves {model.type}, not {operation}: choose a "
+                             f"{operation} model (GET /v1/models lists each model's type).",
+                             code="model_type_mismatch", param="model")
     if not key.can_use(model):
         raise AccessDenied(f"Keys of the '{key.tier}' tier may not use the model '{model_id}'.", param="model")
     claim = idempotency.from_request(request)

@@ -143,7 +143,11 @@ def test_a_disabled_model_is_model_not_found(client, operation, free_key):
 def test_a_model_of_another_type_is_model_type_mismatch(client, operation, free_key):
     key, secret = free_key
     path, body = body_for(operation, model=OTHER_TYPE[operation])
-    assert_error(post(client, path, body, secret), 400, "model_type_mismatch", param="model")
+    response = post(client, path, body, secret)
+    assert_error(response, 400, "model_type_mismatch", param="model")
+    other = catalog.get_model(OTHER_TYPE[operation])
+    assert response.json()["error"]["message"].startswith(
+        f"The model '{other.model_id}' serves {other.type}, not {operation}: choose a {operation} model")
     assert_untouched(key, 100)
 
 

@@ -92,6 +92,18 @@ MIDDLEWARE = [
 # The JSON API, authenticated with bearer keys: no cookies, sessions or CSRF there
 # (utils_app.middleware), and CORS on (CORS_URLS_REGEX below names the same prefixes).
 API_PATH_PREFIXES = ("/v1/", "/utils/")
+# What a request on those prefixes passes through (gateway/wsgi.py serves them with a handler of
+# their own): MIDDLEWARE in its order, less the layers that do nothing there (the session, CSRF,
+# authentication, two-factor and messages wrappers step aside on the API, and WhiteNoise serves
+# only STATIC_URL). tests/utils_app/test_api_chain.py holds it to that.
+API_MIDDLEWARE = [
+    "utils_app.middleware.RequestIdMiddleware",
+    "utils_app.middleware.BodySizeLimitMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "corsheaders.middleware.CorsMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
 
 ROOT_URLCONF = "gateway.urls"
 WSGI_APPLICATION = "gateway.wsgi.application"

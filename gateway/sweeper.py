@@ -28,12 +28,14 @@ from django.db import DatabaseError, close_old_connections, connection
 from django.utils import timezone
 
 from gateway import metering
-from keys.models import IdempotentRequest, LedgerEntry
+from keys.models import IdempotentRequest, LedgerEntry, SweepMark
 from models_catalog.models import AiModel
 
 log = logging.getLogger("gateway.ledger")
 
 BATCH = 500
+# How old the newest entry below the sweep mark must be: far longer than a charge's one statement takes.
+MARK_LAG_SECONDS = 60
 SETTLE_RETRY_SECONDS = 1.0
 _next_sweep = 0.0
 _retries: list[tuple[Callable[[], object], str, float]] = []  # (settlement, what it is, give up after)
@@ -77,21 +79,53 @@ def _retry_settlements() -> None:
                 return
 
 
+def stale_charges(cutoff):
+    """Charges still pending that were made before ``cutoff``, oldest first: read by the primary key
+    from the sweep mark up (no index names the status, so settlements stay HOT; keys.models.SweepMark)."""
+    return (LedgerEntry.objects.filter(id__gt=sweep_mark(), kind=LedgerEntry.CHARGE, status=LedgerEntry.PENDING,
+                                       created_at__lt=cutoff).order_by("id"))
+
+
+def sweep_mark() -> int:
+    mark = SweepMark.objects.filter(pk=1).values_list("ledger_id", flat=True).first()
+    return mark or 0
+
+
+def move_sweep_mark(cutoff) -> int:
+    """Move the mark up to just below the first charge still pending, but no higher than the last
+    entry made before ``cutoff`` and a minute ago (one made later might not have committed yet,
+    and a lower id could still appear); returns the mark. A mark once right stays right (no entry
+    below it can appear or become pending again), so sweepers racing keep the higher one."""
+    mark = sweep_mark()
+    above = LedgerEntry.objects.filter(id__gt=mark)
+    settled_before = min(cutoff, timezone.now() - timedelta(seconds=MARK_LAG_SECONDS))
+    last_old = above.filter(created_at__lt=settled_before).order_by("-id").values_list("id", flat=True).first()
+    if last_old is None:
+        return mark
+    first_pending = above.filter(status=LedgerEntry.PENDING).order_by("id").values_list("id", flat=True).first()
+    moved = last_old if first_pending is None else min(last_old, first_pending - 1)
+    if moved > mark:
+        SweepMark.objects.get_or_create(pk=1)
+        SweepMark.objects.filter(pk=1, ledger_id__lt=moved).update(ledger_id=moved)
+        return moved
+    return mark
+
+
 def settle_stale(*, older_than: float) -> int:
     """Abandon and refund every charge pending for more than ``older_than`` seconds; returns how many."""
     cutoff = timezone.now() - timedelta(seconds=older_than)
     models = {model.model_id: model.pk for model in AiModel.objects.only("id", "model_id")}
     abandoned = 0
     while True:
-        stale = list(LedgerEntry.objects.filter(kind=LedgerEntry.CHARGE, status=LedgerEntry.PENDING,
-                                                created_at__lt=cutoff)
-                     .order_by("created_at").values("id", "model", "operation", "created_at")[:BATCH])
+        stale = list(stale_charges(cutoff).values("id", "model", "operation", "created_at")[:BATCH])
         for entry in stale:
             if metering.refund(entry=entry["id"], status=LedgerEntry.ABANDONED,
                                usage=_abandoned_usage(entry, models)) is not None:
                 abandoned += 1
         if len(stale) < BATCH:
-            return abandoned
+            break
+    move_sweep_mark(cutoff)
+    return abandoned
 
 
 def _abandoned_usage(entry: dict, models: dict) -> dict | None:

@@ -258,8 +258,8 @@ class LedgerEntry(models.Model):
         ordering = ["-created_at", "-id"]
         indexes = [
             models.Index(fields=["key", "-created_at"], name="ledger_key_time"),
-            # settle_stale looks for old pending charges; they are few, so a partial index.
-            models.Index(fields=["created_at"], name="ledger_pending_time", condition=Q(status="pending")),
+            # No index names status (nor any column a settlement writes), so the settlement's UPDATE is
+            # HOT on PostgreSQL: settle_stale finds pending charges above SweepMark by the primary key.
             models.Index(fields=["charge"], name="ledger_refund_charge", condition=Q(charge__isnull=False)),
         ]
         constraints = [
@@ -270,6 +270,22 @@ class LedgerEntry(models.Model):
 
     def __str__(self):
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.kind} {self.amount:+d} ({self.status})"
+
+
+class SweepMark(models.Model):
+    """One row: the ledger id below which no charge is pending (gateway.sweeper.settle_stale).
+
+    The sweeper reads the ledger from there by its primary key, so no index has to name the
+    status a settlement changes. It only ever moves up, and never past a row created less than
+    the sweep's age ago: an older charge has long committed, so none below the mark can appear."""
+
+    ledger_id = models.BigIntegerField(default=0)
+
+    class Meta:
+        verbose_name = "ledger sweep mark"
+
+    def __str__(self):
+        return f"no pending charge at or below ledger id {self.ledger_id}"
 
 
 class IdempotentRequest(models.Model):

@@ -203,3 +203,67 @@ def test_a_settlement_refused_twice_is_completed_in_the_background_once_the_data
     assert (key.credits, key.in_flight) == (99, 0)
     assert UsageEvent.objects.filter(key=key, success=True).count() == 1
     assert mismatches() == []
+
+
+def test_the_sweep_mark_rises_past_settled_charges_and_stops_below_the_first_pending_one(seeded, make_key):
+    from gateway.sweeper import move_sweep_mark, settle_stale, sweep_mark
+
+    key, _ = make_key(credits=10, max_credits=10)
+    chat = AiModel.objects.get(model_id="local-chat")
+    old = timezone.now() - timedelta(hours=1)
+
+    def charge(name):
+        entry = metering.charge(key=key, model=chat, operation="chat", amount=1, request_id=name)
+        LedgerEntry.objects.filter(pk=entry).update(created_at=old)
+        return entry
+
+    def settle(entry):
+        assert metering.complete(entry=entry, key=key, model=chat, operation="chat", provider="local",
+                                 input_tokens=1, output_tokens=1, latency_ms=5)
+
+    first, second, running, fourth = charge("a"), charge("b"), charge("c"), charge("d")
+    settle(first), settle(second), settle(fourth)
+    recent = metering.charge(key=key, model=chat, operation="chat", amount=1, request_id="recent")
+    assert move_sweep_mark(timezone.now() - timedelta(seconds=900)) == running - 1 == sweep_mark()
+    # The charge still pending above the mark is found by every later sweep, however long it takes.
+    assert settle_stale(older_than=900) == 1
+    assert LedgerEntry.objects.get(pk=running).status == "abandoned"
+    # Past the abandoned one now, and up to the last entry made long enough ago, never a recent one.
+    last_old = LedgerEntry.objects.filter(created_at__lt=timezone.now() - timedelta(seconds=60)).latest("id").pk
+    assert sweep_mark() == last_old < recent
+    LedgerEntry.objects.filter(pk=recent).update(created_at=old)
+    assert settle_stale(older_than=900) == 1
+    assert LedgerEntry.objects.get(pk=recent).status == "abandoned"
+    assert mismatches() == []
+
+
+def test_the_sweep_mark_never_moves_down(seeded, make_key):
+    from gateway.sweeper import move_sweep_mark, sweep_mark
+    from keys.models import SweepMark
+
+    key, _ = make_key(credits=10, max_credits=10)
+    SweepMark.objects.create(pk=1, ledger_id=10**9)
+    assert move_sweep_mark(timezone.now()) == 10**9 == sweep_mark()
+
+
+def test_a_settlement_changes_no_indexed_column_so_postgresql_updates_it_hot(seeded, free_key, client, vendor):
+    if vendor != "postgresql":
+        pytest.skip("heap-only updates are PostgreSQL's")
+    from django.db import connection
+
+    _, secret = free_key
+
+    def hot_updates():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables "
+                           "WHERE relname = 'keys_ledgerentry'")
+            return cursor.fetchone() or (0, 0)
+
+    before = hot_updates()
+    for _ in range(5):
+        assert post(client, "/v1/chat/completions", HELLO, secret).status_code == 200
+    updated, hot = (after - was for after, was in zip(hot_updates(), before))
+    assert updated == hot == 5
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reloptions FROM pg_class WHERE relname = 'keys_ledgerentry'")
+        assert "fillfactor=90" in cursor.fetchone()[0]

@@ -5,8 +5,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from gateway.sweeper import drop_expired_claims, settle_stale
-from keys.models import LedgerEntry
+from gateway.sweeper import drop_expired_claims, settle_stale, stale_charges
 
 
 class Command(BaseCommand):
@@ -22,8 +21,7 @@ class Command(BaseCommand):
         if older_than < 0:
             raise CommandError("--older-than must be 0 or more seconds")
         if dry_run:
-            stale = LedgerEntry.objects.filter(kind=LedgerEntry.CHARGE, status=LedgerEntry.PENDING,
-                                               created_at__lt=timezone.now() - timedelta(seconds=older_than))
+            stale = stale_charges(timezone.now() - timedelta(seconds=older_than))
             self.stdout.write(f"would abandon and refund {stale.count()} charge(s) pending for more than "
                               f"{older_than:g}s")
             return

@@ -458,7 +458,6 @@ class Gateway:
         env.update({
             "GATEWAY_DATA_DIR": str(self.dir / "data"),
             "BIND": f"127.0.0.1:{self.port}",
-            "ACCESS_LOG": str(self.dir / "access.log"),
             "GATEWAY_UPSTREAM_BENCH_KEY": "sk-bench-upstream",
             "CACHE_KEY_PREFIX": "gw_bench",
             "DJANGO_SETTINGS_MODULE": "gateway.settings",

@@ -8,6 +8,8 @@ import json
 
 import pytest
 from django.conf import settings
+from django.core import signals
+from django.db import close_old_connections
 from django.test import RequestFactory
 from django.utils.module_loading import import_string
 
@@ -21,14 +23,21 @@ VARYING = ("X-Request-ID", "Date", "X-RateLimit-", "X-Remaining-Credits")
 
 
 def served(request) -> tuple[int, dict, bytes]:
-    """One request through gateway.wsgi.application, as gunicorn calls it."""
+    """One request through gateway.wsgi.application, as gunicorn calls it. As in Django's test client,
+    the handler's signals do not close the connection: it holds the test's transaction."""
     answer = {}
 
     def start_response(status, headers, exc_info=None):
         answer["status"] = int(status.split()[0])
         answer["headers"] = dict(headers)
 
-    body = b"".join(wsgi.application(request.environ, start_response))
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
+    try:
+        body = b"".join(wsgi.application(request.environ, start_response))
+    finally:
+        signals.request_started.connect(close_old_connections)
+        signals.request_finished.connect(close_old_connections)
     return answer["status"], answer["headers"], body
 
 

@@ -476,14 +476,16 @@ class Gateway:
                                 stdout=subprocess.PIPE if capture else subprocess.DEVNULL, text=True)
         return result.stdout if capture else ""
 
-    def prepare(self, *, keys: int) -> list[str]:
-        """Fresh database and cache, migrated and seeded with bench/catalog.toml, and `keys` keys."""
+    def prepare(self, *, keys: int, catalogs: tuple[Path, ...] = ()) -> list[str]:
+        """Fresh database and cache, migrated and seeded with bench/catalog.toml (then each of
+        ``catalogs``, which add to it), and `keys` keys."""
         if self.backend == "postgres+redis":
             _reset_postgres(self.database_url)
             _reset_redis(self.redis_url)
         log(f"{self.backend}: migrate, seed_models {CATALOG.name}, issue {keys} keys")
         self.manage("migrate", "--noinput")
-        self.manage("seed_models", str(CATALOG))
+        for catalog in (CATALOG, *catalogs):
+            self.manage("seed_models", str(catalog))
         # One process issues all keys through the real issue_key command (a process per key
         # would spend a second each on start-up). rpm and rph are at their allowed maxima.
         script = (

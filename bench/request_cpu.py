@@ -32,7 +32,9 @@ on the cores inflates every CPU figure.
 A --source is another copy of the project (`git archive REV | tar -x -C DIR`, or a prototype:
 bench/prototypes/), served with this tree's virtualenv, each with its own database and Redis db;
 `,NAME=VALUE` after it adds environment variables for that gateway (`.` is the working tree), e.g.
-`--source /tmp/base . .,ACCESS_LOG=/dev/null`. Gateways run with the production settings: no access line
+`--source /tmp/base . .,ACCESS_LOG=/dev/null`. The provider types side by side:
+`--catalog bench/catalog_types.toml --models bench-chat bench-chat-azure bench-chat-gemini
+bench-chat-anthropic` (each model a row of its own, answered by nginx in its type's protocol). Gateways run with the production settings: no access line
 unless a `,ACCESS_LOG=` names one (the summary line is the access line).
 
 Needs wrk, nginx, redis-server and the PostgreSQL server binaries (initdb, pg_ctl).
@@ -158,7 +160,7 @@ class Backend:
 
     def start(self) -> None:
         for gateway in self.gateways:
-            gateway.prepare(keys=self.args.keys)
+            gateway.prepare(keys=self.args.keys, catalogs=tuple(self.args.catalog))
             gateway.start()
         # The floor under the first gateway's server settings (the same for every source).
         self.floor = self.gateways[0].start_floor(harness.FLOOR_PORT)
@@ -188,8 +190,10 @@ class Backend:
     def targets(self) -> list[tuple[str, str, Path | None, str, int, harness.Gateway | None]]:
         floor = ("floor", f"http://127.0.0.1:{harness.FLOOR_PORT}/v1/chat/completions", None, "bench-upstream",
                  self.floor.pid, None)
-        gateways = [(source.label, f"{gateway.url}/v1/chat/completions", gateway.keys_file, "bench-chat",
-                     gateway.process.pid, gateway) for source, gateway in zip(self.sources, self.gateways)]
+        models = self.args.models
+        gateways = [(source.label if len(models) == 1 else f"{source.label} {model}",
+                     f"{gateway.url}/v1/chat/completions", gateway.keys_file, model, gateway.process.pid, gateway)
+                    for source, gateway in zip(self.sources, self.gateways) for model in models]
         return [floor, *gateways]
 
     def warm_up(self, workdir: Path) -> None:
@@ -296,6 +300,10 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--keys", type=int, default=60, help="keys the requests go round-robin over")
     parser.add_argument("--source", nargs="+", default=["."], help="copies of the project to serve (DIR[,NAME=VALUE])")
+    parser.add_argument("--models", nargs="+", default=["bench-chat"],
+                        help="the chat models each gateway is loaded with in turn (each its own row)")
+    parser.add_argument("--catalog", nargs="*", default=[], type=Path,
+                        help="catalogs seeded after bench/catalog.toml, e.g. bench/catalog_types.toml")
     parser.add_argument("--quiet", type=float, default=0.5,
                         help="before each run, wait until other work keeps fewer cores than this busy…")
     parser.add_argument("--max-wait", type=float, default=30, help="…but no longer than this many seconds")

@@ -6,7 +6,8 @@ gateway.services (the metering pipeline); these views only translate.
 from django.http import FileResponse, HttpResponse, StreamingHttpResponse
 from django.utils.cache import patch_vary_headers
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view, inline_serializer
+from rest_framework import serializers as drf_serializers
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -149,9 +150,18 @@ class ChatCompletionsView(MeteredView):
         return services.chat_completion(request=request, key=request.user, params=params)
 
 
-ANTHROPIC_ERRORS = {status: OpenApiResponse(OpenApiTypes.OBJECT, description=(
-    f"Anthropic's error shape: {{\"type\": \"error\", \"error\": {{\"type\": \"{messages.error_type(status)}\", "
-    f"\"message\": …}}}}")) for status in (400, 401, 402, 403, 404, 409, 413, 422, 429, 500, 502, 503, 504)}
+AnthropicErrorBody = inline_serializer(name="AnthropicErrorBody", fields={
+    "type": drf_serializers.CharField(help_text='Always "error".'),
+    "error": inline_serializer(name="AnthropicErrorDetail", fields={
+        "type": drf_serializers.CharField(help_text="Anthropic's error type: invalid_request_error, "
+                                                    "authentication_error, billing_error, permission_error, "
+                                                    "not_found_error, request_too_large, rate_limit_error, "
+                                                    "api_error, overloaded_error"),
+        "message": drf_serializers.CharField()}),
+})
+ANTHROPIC_ERRORS = {status: OpenApiResponse(AnthropicErrorBody, description=f"Anthropic's error type "
+                                                                           f"{messages.error_type(status)}")
+                    for status in (400, 401, 402, 403, 404, 405, 409, 413, 422, 429, 500, 502, 503, 504)}
 
 
 @extend_schema_view(post=extend_schema(

@@ -329,3 +329,34 @@ def test_a_successful_message_costs_the_same_two_statements_as_a_chat_completion
                            HTTP_X_API_KEY=secret).status_code == 200
     statements = [q["sql"] for q in captured.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
     assert len(statements) == (2 if vendor == "postgresql" else 5)
+
+
+def test_a_successful_message_makes_one_shared_cache_round_trip(client, openai_model, free_key, monkeypatch,
+                                                                 settings):
+    from django.core.cache import cache
+
+    from utils_app import shared
+
+    _, secret = free_key
+    openai_model.json("/chat/completions", chat_completion())
+    body = json.dumps({"model": "gpt-chat", "max_tokens": 16, "messages": HELLO})
+
+    def send():
+        return client.post("/v1/messages", body, content_type="application/json", HTTP_X_API_KEY=secret)
+
+    assert send().status_code == 200
+    trips = []
+
+    def counting(function):
+        def counted(*args, **kwargs):
+            trips.append(args)
+            return function(*args, **kwargs)
+        return counted
+
+    monkeypatch.setattr(shared, "run", counting(shared.run))
+    if settings.SHARED_CACHE:  # Redis: the limits' script and whatever rides with it, in one pipeline
+        monkeypatch.setattr(cache, "run_script", counting(cache.run_script))
+    else:
+        monkeypatch.setattr(shared.memory, "run", counting(shared.memory.run))
+    assert send().status_code == 200
+    assert len(trips) == 1

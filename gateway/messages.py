@@ -283,8 +283,9 @@ def _tool_input(arguments) -> dict:
 
 
 class AnthropicDialect(ChatDialect):
-    def answer(self, completion: dict) -> dict:
-        """A chat.completion as Anthropic's message object (its first choice: a Messages request asks for one)."""
+    def answer(self, completion: dict, *, input_tokens: int, output_tokens: int, cached: int) -> dict:
+        """A chat.completion as Anthropic's message object (its first choice: a Messages request asks for one),
+        with the metered token counts."""
         choices = completion.get("choices") or [{}]
         choice = choices[0] if isinstance(choices[0], dict) else {}
         message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
@@ -300,7 +301,8 @@ class AnthropicDialect(ChatDialect):
         return {"id": message_id(completion.get("id")), "type": "message", "role": "assistant",
                 "model": completion.get("model"), "content": content,
                 "stop_reason": stop_reason(choice.get("finish_reason"), bool(calls)), "stop_sequence": None,
-                "usage": message_usage(completion.get("usage"))}
+                "usage": message_usage({"prompt_tokens": input_tokens, "completion_tokens": output_tokens,
+                                        "prompt_tokens_details": {"cached_tokens": cached}})}
 
     def events(self) -> "AnthropicEvents":
         return AnthropicEvents()

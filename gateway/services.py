@@ -350,7 +350,8 @@ class OpenAIEvents:
 class ChatDialect:
     """The client's side of a chat: OpenAI's answer as it is, and OpenAI's events (the default)."""
 
-    def answer(self, completion: dict) -> dict:
+    def answer(self, completion: dict, *, input_tokens: int, output_tokens: int, cached: int) -> dict:
+        """The answer's body; the token counts are the ones metered (the upstream's, else the estimates)."""
         return completion
 
     def events(self) -> OpenAIEvents:
@@ -379,9 +380,10 @@ def chat_completion(*, request, key: ApiKey, params: dict, dialect: ChatDialect 
                          for choice in completion["choices"] if isinstance(choice, dict))
         input_tokens = _token_count(usage, "prompt_tokens", lambda: count_tokens(prompt_text(params["messages"])))
         output_tokens = _token_count(usage, "completion_tokens", lambda: count_tokens(reply))
-        outcome = Outcome(headers=meter.headers(), body=dialect.answer(completion))
-        meter.succeed(input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached_tokens(usage),
-                      answer=outcome)
+        cached = cached_tokens(usage)
+        outcome = Outcome(headers=meter.headers(), body=dialect.answer(
+            completion, input_tokens=input_tokens, output_tokens=output_tokens, cached=cached))
+        meter.succeed(input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached, answer=outcome)
     return outcome
 
 

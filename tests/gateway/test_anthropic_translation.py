@@ -144,7 +144,7 @@ def test_the_answer_and_the_events_of_a_tool_call():
                                                                        "message": {"content": "cut"}}],
                        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "prompt_tokens_details": {
                            "cached_tokens": 4}}}
-    answer = messages.AnthropicDialect().answer(completion_body)
+    answer = messages.AnthropicDialect().answer(completion_body, input_tokens=10, output_tokens=2, cached=4)
     assert (answer["id"], answer["stop_reason"], answer["usage"]) == (
         "msg_abc", "max_tokens", {"input_tokens": 6, "output_tokens": 2, "cache_creation_input_tokens": 0,
                                   "cache_read_input_tokens": 4})

@@ -26,7 +26,6 @@ from tests.gateway.anthropic_fake import (  # noqa: F401 (fixtures)
     second_claude,
     stream_error,
     stream_events,
-    text_block,
     tool_block,
     usage,
 )

@@ -359,3 +359,27 @@ def test_a_successful_message_makes_one_shared_cache_round_trip(client, openai_m
         monkeypatch.setattr(shared.memory, "run", counting(shared.memory.run))
     assert send().status_code == 200
     assert len(trips) == 1
+
+
+def test_an_image_and_a_system_prompt_reach_an_anthropic_deployment_as_they_were_sent(sdk, claude_model):
+    client, _ = sdk
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    linked = {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}}
+    client.messages.create(model="claude-chat", max_tokens=64, system=[{"type": "text", "text": "Be brief."}],
+                           messages=[{"role": "user", "content": [{"type": "text", "text": "What is it?"},
+                                                                  image, linked]}])
+    [call] = claude_model.posts()
+    assert call.problems == [] and call.body["system"] == [{"type": "text", "text": "Be brief."}]
+    assert call.body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "What is it?"},
+                                                                  image, linked]}]
+
+
+def test_a_model_the_tier_may_not_use_is_a_permission_error(live_server, openai_model, make_key):
+    _, secret = make_key(tier="premium", credits=100, max_credits=100)  # the model allows "free" only
+    with anthropic.Anthropic(base_url=live_server.url, api_key=secret, max_retries=0) as client:
+        with pytest.raises(anthropic.PermissionDeniedError) as refused:
+            client.messages.create(model="gpt-chat", max_tokens=64, messages=HELLO)
+        assert refused.value.body["error"]["type"] == "permission_error"
+        with pytest.raises(anthropic.PermissionDeniedError):
+            client.messages.count_tokens(model="gpt-chat", messages=HELLO)
+    assert openai_model.posts() == []

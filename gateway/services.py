@@ -267,8 +267,8 @@ def previous_answer(*, request, key: ApiKey) -> Outcome | None:
     return Outcome(headers=headers, content=body, content_type=content_type, status=status)
 
 
-def admit(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1) -> Meter:
-    """Resolve the model, check the tier, take the credits: in the contract's order."""
+def resolve_model(*, key: ApiKey, operation: str, model_id: str) -> AiModel:
+    """The model a request names, if it exists, is of the operation's type and the key's tier may use it."""
     model = catalog.get_model(model_id)
     if model is None:
         raise NotFound(f"The model '{model_id}' does not exist or is not available.", code="model_not_found",
@@ -282,6 +282,12 @@ def admit(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1
                              code="model_type_mismatch", param="model")
     if not key.can_use(model):
         raise AccessDenied(f"Keys of the '{key.tier}' tier may not use the model '{model_id}'.", param="model")
+    return model
+
+
+def admit(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1) -> Meter:
+    """Resolve the model, check the tier, take the credits: in the contract's order."""
+    model = resolve_model(key=key, operation=operation, model_id=model_id)
     claim = idempotency.from_request(request)
     amount = model.cost * units
     entry = metering.charge(key=key, model=model, operation=operation, amount=amount,
@@ -328,8 +334,35 @@ def cached_tokens(usage: dict) -> int:
 
 # ---------------------------------------------------------------- chat
 
-def chat_completion(*, request, key: ApiKey, params: dict) -> Outcome:
-    """POST /v1/chat/completions: a completion, or an event stream when ``stream`` is true."""
+class OpenAIEvents:
+    """How a streamed chat reaches the client on /v1/chat/completions: each chunk as a ``data:`` event,
+    an error as one more, then ``[DONE]``. gateway.messages has Anthropic's for /v1/messages."""
+
+    def chunk(self, chunk: dict) -> bytes:
+        return _event(chunk)
+
+    def error(self, error: GatewayError) -> bytes:
+        return _event(error.body()) + DONE
+
+    def end(self) -> bytes:
+        return DONE
+
+
+class ChatDialect:
+    """The client's side of a chat: OpenAI's answer as it is, and OpenAI's events (the default)."""
+
+    def answer(self, completion: dict, *, input_tokens: int, output_tokens: int, cached: int) -> dict:
+        """The answer's body; the token counts are the ones metered (the upstream's, else the estimates)."""
+        return completion
+
+    def events(self) -> OpenAIEvents:
+        return OpenAIEvents()
+
+
+def chat_completion(*, request, key: ApiKey, params: dict, dialect: ChatDialect | None = None) -> Outcome:
+    """POST /v1/chat/completions (and /v1/messages, through its dialect): a completion, or an event stream
+    when ``stream`` is true. ``params`` are OpenAI's, validated."""
+    dialect = dialect or ChatDialect()
     with metered(request=request, key=key, operation="chat", model_id=params["model"],
                  units=params.get("n") or 1) as meter:
         payload = dict(params)
@@ -339,19 +372,28 @@ def chat_completion(*, request, key: ApiKey, params: dict) -> Outcome:
             payload["stream_options"] = {**(params.get("stream_options") or {}), "include_usage": True}
             chunks = meter.call(lambda client: client.chat_stream(payload))
             relay = ChatRelay(meter=meter, upstream=chunks, include_usage=client_wants_usage,
-                              messages=params["messages"])
+                              messages=params["messages"], events=dialect.events())
             return Outcome(headers=meter.headers(), stream=relay)
         completion = meter.call(lambda client: client.chat(payload))
         completion["model"] = meter.model.model_id
         usage = completion.get("usage") or {}
         reply = " ".join(content_text((choice.get("message") or {}).get("content"))
                          for choice in completion["choices"] if isinstance(choice, dict))
-        outcome = Outcome(headers=meter.headers(), body=completion)
-        meter.succeed(input_tokens=_token_count(usage, "prompt_tokens",
-                                                lambda: count_tokens(prompt_text(params["messages"]))),
-                      output_tokens=_token_count(usage, "completion_tokens", lambda: count_tokens(reply)),
-                      cached_tokens=cached_tokens(usage), answer=outcome)
+        input_tokens = _token_count(usage, "prompt_tokens", lambda: count_tokens(prompt_text(params["messages"])))
+        output_tokens = _token_count(usage, "completion_tokens", lambda: count_tokens(reply))
+        cached = cached_tokens(usage)
+        outcome = Outcome(headers=meter.headers(), body=dialect.answer(
+            completion, input_tokens=input_tokens, output_tokens=output_tokens, cached=cached))
+        meter.succeed(input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached, answer=outcome)
     return outcome
+
+
+def estimate_chat_tokens(*, key: ApiKey, params: dict) -> int:
+    """The gateway's own estimate of a chat request's input tokens (what usage falls back to), for a model
+    the key may use: free, nothing is charged or sent upstream."""
+    resolve_model(key=key, operation="chat", model_id=params["model"])
+    tools = params.get("tools")
+    return count_tokens(prompt_text(params["messages"])) + (count_tokens(json.dumps(tools)) if tools else 0)
 
 
 # The usage status of a stream the client left after output reached it (nginx's "client closed request").
@@ -384,8 +426,11 @@ class ChatRelay:
     retry is answered with the very same stream.
     """
 
-    def __init__(self, *, meter: Meter, upstream: ChunkStream, include_usage: bool, messages: list):
+    def __init__(self, *, meter: Meter, upstream: ChunkStream, include_usage: bool, messages: list,
+                 events: OpenAIEvents | None = None):
         self._meter = meter
+        self._events_out = events or OpenAIEvents()
+        self._ended = False  # the stream's last event was written: its end, or an error
         self._upstream = upstream
         self._include_usage = include_usage
         self._messages = messages
@@ -424,7 +469,9 @@ class ChatRelay:
                     chunk.pop("usage", None)
                 chunk["model"] = model_id
                 self._delivered = True
-                yield self._keep(_event(chunk))
+                event = self._events_out.chunk(chunk)
+                if event:
+                    yield self._keep(event)
         except Exception as exc:  # the client already has a 200: the error can only be an event now
             error = as_gateway_error(exc)
             metrics.upstream_failed(provider=self._meter.provider, kind=failure_kind(exc))
@@ -433,13 +480,15 @@ class ChatRelay:
             self._upstream.close()
             # The stream passed its commit point before the gateway answered (upstream.ChunkStream),
             # so the client has output: the charge stands, and the usage row says how it ended.
-            ending = [self._keep(_event(error.body())), self._keep(DONE)]
+            ending = self._keep(self._events_out.error(error))
+            self._ended = True
             self._settle(status=error.status, complete=False)
-            yield from ending
+            yield ending
             return
-        self._keep(DONE)
+        ending = self._keep(self._events_out.end())
+        self._ended = True
         self._settle()
-        yield DONE
+        yield ending
 
     def _keep(self, event: bytes) -> bytes:
         if self._sent is not None:
@@ -453,7 +502,7 @@ class ChatRelay:
             input_tokens=_token_count(self._usage, "prompt_tokens", lambda: count_tokens(prompt_text(self._messages))),
             output_tokens=_token_count(self._usage, "completion_tokens", lambda: count_tokens(reply)),
             cached_tokens=cached_tokens(self._usage),
-            answer=b"".join(self._sent) if self._sent and self._sent[-1] == DONE else None,
+            answer=b"".join(self._sent) if self._sent and self._ended else None,
             status=status, upstream_success=complete)
 
     def close(self) -> None:

@@ -6,12 +6,13 @@ gateway.services (the metering pipeline); these views only translate.
 from django.http import FileResponse, HttpResponse, StreamingHttpResponse
 from django.utils.cache import patch_vary_headers
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view, inline_serializer
+from rest_framework import serializers as drf_serializers
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from gateway import media, routing, serializers, services
+from gateway import media, messages, routing, serializers, services
 from keys.auth import BearerKeyAuthentication, HasApiKey
 from keys.limits import KeyRequestLimits
 from keys.models import ApiKey
@@ -104,12 +105,16 @@ class MeteredView(APIView):
             body = parse_json_object(request.body)
         if isinstance(body, Exception):
             raise body
-        params, sent = self.request_serializer(data=body).validated()
+        params, sent = self.validate(body)
         health_read = getattr(request, "health_read", None)
         if health_read is not None:
             request.routing_health = health_read.health(getattr(request, "shared_answers", None))
         replay = services.previous_answer(request=request, key=request.user)
         return respond(replay or self.operate(request, params, sent))
+
+    def validate(self, body: dict) -> tuple[dict, set]:
+        """(validated parameters, the names the client sent)."""
+        return self.request_serializer(data=body).validated()
 
     def operate(self, request, params: dict, sent: set) -> services.Outcome:
         raise NotImplementedError
@@ -143,6 +148,69 @@ class ChatCompletionsView(MeteredView):
 
     def operate(self, request, params, sent):
         return services.chat_completion(request=request, key=request.user, params=params)
+
+
+AnthropicErrorBody = inline_serializer(name="AnthropicErrorBody", fields={
+    "type": drf_serializers.CharField(help_text='Always "error".'),
+    "error": inline_serializer(name="AnthropicErrorDetail", fields={
+        "type": drf_serializers.CharField(help_text="Anthropic's error type: invalid_request_error, "
+                                                    "authentication_error, billing_error, permission_error, "
+                                                    "not_found_error, request_too_large, rate_limit_error, "
+                                                    "api_error, overloaded_error"),
+        "message": drf_serializers.CharField()}),
+})
+ANTHROPIC_ERRORS = {status: OpenApiResponse(AnthropicErrorBody, description=f"Anthropic's error type "
+                                                                           f"{messages.error_type(status)}")
+                    for status in (400, 401, 402, 403, 404, 405, 409, 413, 422, 429, 500, 502, 503, 504)}
+
+
+@extend_schema_view(post=extend_schema(
+    operation_id="create_message", tags=["models"],
+    summary="Anthropic Messages API (optionally streamed as server-sent events)",
+    description="Anthropic's request and answer shapes, for clients built on Anthropic's SDK; the key as "
+                "`x-api-key` or `Authorization: Bearer`. Served by every chat model and metered exactly like "
+                "a chat completion (costs the model's `cost`). With `stream: true` the answer is Anthropic's "
+                "event stream (`message_start` … `message_stop`). Errors are "
+                "`{\"type\": \"error\", \"error\": {\"type\", \"message\"}}`. " + METERED_HEADERS,
+    request=OpenApiTypes.OBJECT,
+    responses={(200, "application/json"): OpenApiTypes.OBJECT, (200, "text/event-stream"): OpenApiTypes.STR,
+               **ANTHROPIC_ERRORS},
+))
+class MessagesView(MeteredView):
+    """POST /v1/messages: the Anthropic request translated into a chat request (gateway.messages), validated
+    as every chat request is, and run through the same pipeline with Anthropic's dialect."""
+
+    request_serializer = serializers.ChatCompletionRequest
+
+    def get_exception_handler(self):
+        return messages.exception_handler
+
+    def validate(self, body):
+        return super().validate(messages.chat_params(body))
+
+    def operate(self, request, params, sent):
+        return services.chat_completion(request=request, key=request.user, params=params,
+                                        dialect=messages.AnthropicDialect())
+
+
+@extend_schema_view(post=extend_schema(
+    operation_id="count_message_tokens", tags=["models"], summary="Anthropic Messages API: count input tokens",
+    description="`{\"input_tokens\": N}` from the gateway's own estimate of the request's input; free of "
+                "charge, but the key must be valid and allowed the model.",
+    request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT, **ANTHROPIC_ERRORS},
+))
+class CountTokensView(APIView):
+    authentication_classes = [BearerKeyAuthentication]
+    permission_classes = [HasApiKey]
+    content_negotiation_class = JsonNegotiation
+
+    def get_exception_handler(self):
+        return messages.exception_handler
+
+    def post(self, request):
+        params = messages.chat_params(parse_json_object(request.body), counting=True)
+        params, _ = serializers.ChatCompletionRequest(data=params).validated()
+        return Response({"input_tokens": services.estimate_chat_tokens(key=request.user, params=params)})
 
 
 @extend_schema_view(post=extend_schema(

@@ -1,4 +1,4 @@
-"""Bearer-key authentication for DRF views."""
+"""Bearer-key authentication for DRF views (the key also as x-api-key, for Anthropic's clients)."""
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 
@@ -21,6 +21,14 @@ def _bearer_secret(request) -> str | None:
     return secret
 
 
+def _request_secret(request) -> str | None:
+    """The key from ``Authorization: Bearer``, else from ``x-api-key`` (as Anthropic's clients send it)."""
+    secret = _bearer_secret(request)
+    if secret is None:
+        secret = request.META.get("HTTP_X_API_KEY", "").strip() or None
+    return secret
+
+
 class BearerKeyAuthentication(BaseAuthentication):
     """Looks the key up by the SHA-256 digest of the secret: the process cache, else one indexed query.
 
@@ -38,7 +46,7 @@ class BearerKeyAuthentication(BaseAuthentication):
     """
 
     def authenticate(self, request):
-        secret = _bearer_secret(request)
+        secret = _request_secret(request)
         if secret is None:
             return None
         if not secret.startswith(SECRET_PREFIX) or len(secret) > 200:

@@ -69,6 +69,6 @@ def adapter_for(deployment: Deployment, deadline: Deadline | None = None) -> Ada
 
 
 # The adapters register themselves on import.
-from gateway.upstream import azure, gemini, local, openai  # noqa: E402, F401
+from gateway.upstream import anthropic, azure, gemini, local, openai  # noqa: E402, F401
 
 __all__ = ["ADAPTERS", "Adapter", "Audio", "ChunkStream", "Deadline", "Image", "adapter_for", "commits", "register"]

@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 from gateway.upstream import register
 from gateway.upstream.base import HttpAdapter
-from gateway.upstream.shapes import ChunkStream, content_text
+from gateway.upstream.shapes import ChunkStream, content_text, data_url, function_call, tool_call_id
 from gateway.upstream.transport import EventStream, HttpTransport, Refusal, json_object
 from models_catalog.provider_types import TYPES
 from utils_app.errors import (
@@ -53,7 +53,6 @@ SCHEMA_KEPT = ("description", "minimum", "maximum", "minItems", "maxItems", "min
                "minProperties", "maxProperties")
 # How deep a $ref may be followed: a recursive schema is cut off rather than inlined for ever.
 SCHEMA_MAX_DEPTH = 16
-DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)(?:;[^,;]*)*;base64,(?P<data>.*)\Z", re.S)
 AUDIO_FORMATS = {"wav": "audio/wav", "mp3": "audio/mp3"}
 # A Google error body's status or message that says the project cannot be served at all: its key or its
 # billing. Google answers an invalid key with 400 API_KEY_INVALID, not 401.
@@ -461,18 +460,8 @@ def _add(contents: list[dict], role: str, parts: list[dict]) -> None:
 
 
 def _function_call(call: dict, where: str) -> dict:
-    function = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-        raise InvalidRequest(f"{where}.function needs a name.", param=f"{where}.function")
-    arguments = function.get("arguments") or "{}"
-    try:
-        args = json.loads(arguments) if isinstance(arguments, str) else arguments
-    except ValueError:
-        args = None
-    if not isinstance(args, dict):
-        raise InvalidRequest(f"{where}.function.arguments must be a JSON object, as the model sent it.",
-                             param=f"{where}.function.arguments")
-    part = {"functionCall": {"name": function["name"], "args": args}}
+    name, args = function_call(call, where)
+    part = {"functionCall": {"name": name, "args": args}}
     extra = call.get("extra_content")
     signature = extra.get(SIGNATURE_KEY, {}).get("thought_signature") if isinstance(extra, dict) else None
     if isinstance(signature, str) and signature:
@@ -544,11 +533,8 @@ def _part_unsupported(part: dict, where: str) -> UnsupportedParameter:
 
 
 def _inline(url: str, where: str) -> dict:
-    match = DATA_URL.match(url)
-    if not match:
-        raise InvalidRequest(f"{where} must be an http(s) URL or a base64 data URL (data:TYPE;base64,…).",
-                             param=where)
-    return {"inlineData": {"mimeType": match["type"], "data": match["data"]}}
+    mime, data = data_url(url, where)
+    return {"inlineData": {"mimeType": mime, "data": data}}
 
 
 # ---------------------------------------------------------------- the answer
@@ -624,7 +610,7 @@ def tool_call(part: dict, malformed) -> dict:
     args = call.get("args") or {}
     if not isinstance(args, dict):
         raise malformed("function call")
-    found = {"id": call["id"] if isinstance(call.get("id"), str) and call["id"] else f"call_{uuid.uuid4().hex[:24]}",
+    found = {"id": call["id"] if isinstance(call.get("id"), str) and call["id"] else tool_call_id(),
              "type": "function", "function": {"name": call["name"], "arguments": json.dumps(args, ensure_ascii=False)}}
     if isinstance(part.get("thoughtSignature"), str):
         found["extra_content"] = {SIGNATURE_KEY: {"thought_signature": part["thoughtSignature"]}}

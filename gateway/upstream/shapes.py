@@ -1,8 +1,14 @@
-"""What every adapter hands back, whatever its protocol: OpenAI-shaped answers and these few types."""
+"""What every adapter hands back, whatever its protocol: OpenAI-shaped answers and these few types,
+and the small readings of OpenAI-shaped requests that the translating adapters share."""
+import json
+import re
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from utils_app.errors import UpstreamError
+from utils_app.errors import InvalidRequest, UpstreamError
+
+DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)(?:;[^,;]*)*;base64,(?P<data>.*)\Z", re.S)
 
 
 @dataclass(frozen=True)
@@ -81,3 +87,33 @@ def content_text(content) -> str:
 def prompt_text(messages: list[dict]) -> str:
     """All the text of a conversation, for token estimates."""
     return "\n".join(content_text(message.get("content")) for message in messages)
+
+
+def data_url(url: str, where: str) -> tuple[str, str]:
+    """(media type, base64 data) of a base64 data URL a client sent; anything else is a 400 naming ``where``."""
+    match = DATA_URL.match(url)
+    if not match:
+        raise InvalidRequest(f"{where} must be an http(s) URL or a base64 data URL (data:TYPE;base64,…).",
+                             param=where)
+    return match["type"], match["data"]
+
+
+def tool_call_id() -> str:
+    """An id for a tool call the upstream sent without one (a tool call always has an id)."""
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def function_call(call, where: str) -> tuple[str, dict]:
+    """(name, arguments) of an assistant message's tool call, its arguments as the JSON object the model sent."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise InvalidRequest(f"{where}.function needs a name.", param=f"{where}.function")
+    arguments = function.get("arguments") or "{}"
+    try:
+        args = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        args = None
+    if not isinstance(args, dict):
+        raise InvalidRequest(f"{where}.function.arguments must be a JSON object, as the model sent it.",
+                             param=f"{where}.function.arguments")
+    return function["name"], args

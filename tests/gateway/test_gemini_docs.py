@@ -19,6 +19,6 @@ def test_every_worked_catalog_example_in_the_providers_doc_loads(example):
 
 def test_the_providers_doc_has_a_worked_example_for_each_type_it_documents():
     documented = {kind for kind in TYPES if f"## `{kind}`" in DOC.read_text(encoding="utf-8")}
-    assert {"openai", "azure", "gemini", "local"} <= documented
+    assert {"openai", "azure", "anthropic", "gemini", "local"} <= documented
     typed = {provider["type"] for example in EXAMPLES for provider in parse_catalog(example)[0]}
     assert documented <= typed

@@ -1,0 +1,464 @@
+"""Anthropic's Messages API: OpenAI-shaped chat translated to ``POST {base_url}/v1/messages``, and the
+answer (a message object, or its event stream) translated back.
+
+``base_url`` is the API's root without a version (default https://api.anthropic.com); the
+deployment's upstream name is the model (``claude-sonnet-4-5``). The secret travels in the
+``x-api-key`` header only, with ``anthropic-version``. Anthropic requires ``max_tokens``: a
+request without one gets the provider's ``max_tokens_default``.
+
+What translates and what is refused is listed in docs/providers.md. Tool call ids go both
+ways unchanged (Anthropic's ``toolu_…`` ids reach the client, the client's ids come back as
+``tool_use_id``), except that characters Anthropic refuses in an id are replaced, the same way
+in the call and in its result, so they still pair.
+"""
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+
+from gateway.upstream import register
+from gateway.upstream.base import HttpAdapter
+from gateway.upstream.shapes import ChunkStream, content_text, data_url, function_call, tool_call_id
+from gateway.upstream.transport import EventStream, HttpTransport, Refusal, json_object
+from models_catalog.provider_types import DEFAULT_MAX_TOKENS, TYPES
+from utils_app.errors import GatewayError, InvalidRequest, UnsupportedParameter, UpstreamError
+
+API_VERSION = "2023-06-01"
+MESSAGES_PATH = "/v1/messages"
+FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "pause_turn": "stop", "max_tokens": "length",
+                  "model_context_window_exceeded": "length", "tool_use": "tool_calls", "refusal": "content_filter"}
+# The status each of Anthropic's error types comes with: an error event in a stream carries only its type.
+ERROR_STATUSES = {"invalid_request_error": 400, "authentication_error": 401, "billing_error": 402,
+                  "permission_error": 403, "not_found_error": 404, "request_too_large": 413,
+                  "rate_limit_error": 429, "api_error": 500, "timeout_error": 504, "overloaded_error": 529}
+# Anthropic answers a spent prepaid balance with 400 invalid_request_error and these words.
+NO_CREDIT = re.compile(r"credit balance is too low|billing", re.I)
+TOOL_ID_REFUSED = re.compile(r"[^A-Za-z0-9_-]")
+
+
+# ---------------------------------------------------------------- errors
+
+def anthropic_refusal(status: int, content: bytes | str) -> Refusal:
+    """Anthropic's error body, ``{"type": "error", "error": {"type", "message"}}``. A billing error, or the
+    400 that says the credit balance is too low, means the account is out of credit (the secret is disabled)."""
+    error = (json_object(content) or {}).get("error")
+    if not isinstance(error, dict):
+        error = {"message": error} if isinstance(error, str) else {}
+    message = error["message"] if isinstance(error.get("message"), str) else ""
+    kind = error["type"] if isinstance(error.get("type"), str) else None
+    out_of_credit = kind == "billing_error" or (status == 400 and bool(NO_CREDIT.search(message)))
+    return Refusal(message=message, code=kind, out_of_credit=out_of_credit)
+
+
+# ---------------------------------------------------------------- the adapter
+
+@register("anthropic")
+class AnthropicAdapter(HttpAdapter):
+    def auth_headers(self, secret: str) -> dict:
+        return {"x-api-key": secret}
+
+    def read_error(self, status: int, content: bytes) -> Refusal:
+        return anthropic_refusal(status, content)
+
+    @cached_property
+    def transport(self) -> HttpTransport:
+        secret = self.secret()
+        headers = {"anthropic-version": API_VERSION, **(self.auth_headers(secret) if secret else {})}
+        return HttpTransport(name=self.name, base_url=self.provider.base_url or TYPES["anthropic"].default_base_url,
+                             timeout=self.provider.timeout, headers=headers, secret=secret,
+                             read_error=self.read_error, deadline=self.deadline)
+
+    def request(self, payload: dict, *, stream: bool) -> dict:
+        default = getattr(self.provider, "max_tokens_default", None) or DEFAULT_MAX_TOKENS
+        request = messages_request(payload, model=self.upstream_model, max_tokens_default=default)
+        if stream:
+            request["stream"] = True
+        return request
+
+    # -- operations
+
+    def chat(self, payload: dict) -> dict:
+        body = self.transport.post_json(MESSAGES_PATH, self.request(payload, stream=False))
+        return completion(body, model=self.upstream_model, malformed=self.transport.malformed)
+
+    def chat_stream(self, payload: dict) -> ChunkStream:
+        events = self.transport.stream(MESSAGES_PATH, self.request(payload, stream=True))
+        usage = bool((payload.get("stream_options") or {}).get("include_usage"))
+        return ChunkStream(self._chunks(events, usage=usage), events.close)
+
+    def _chunks(self, events: EventStream, *, usage: bool) -> Iterator[dict]:
+        stream = StreamTranslation(model=self.upstream_model)
+        for data in events:
+            event = json_object(data)
+            if event is None:
+                raise self.transport.malformed("stream event")
+            if event.get("type") == "error":
+                raise self._stream_error(event, data)
+            chunk = stream.translate(event, malformed=self.transport.malformed)
+            if chunk is not None:
+                yield chunk
+            if stream.done:
+                events.finished()
+                break
+        if not stream.done:
+            raise UpstreamError(f"The upstream provider '{self.name}' closed the stream before it finished.")
+        if usage:
+            yield stream.usage_chunk()
+
+    def _stream_error(self, event: dict, data: str) -> GatewayError:
+        """An error Anthropic sends as an event once the stream is under way (``overloaded_error``, say):
+        read as the error answer of its type's status would be."""
+        error = event.get("error")
+        kind = error.get("type") if isinstance(error, dict) else None
+        status = ERROR_STATUSES.get(kind, 502)
+        return self.transport.refused(status, {}, anthropic_refusal(status, data))
+
+
+# ---------------------------------------------------------------- the request
+
+def messages_request(payload: dict, *, model: str, max_tokens_default: int) -> dict:
+    """A Messages API request for an OpenAI-shaped chat request; a parameter Anthropic cannot honour raises."""
+    refuse_unsupported(payload)
+    system, messages = conversation(payload["messages"])
+    request: dict = {"model": model, "messages": messages,
+                     "max_tokens": payload.get("max_completion_tokens") or payload.get("max_tokens")
+                     or max_tokens_default}
+    if system:
+        request["system"] = system
+    for name in ("temperature", "top_p"):
+        if payload.get(name) is not None:
+            request[name] = payload[name]
+    stop = payload.get("stop")
+    if stop:
+        request["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+    tools = payload.get("tools")
+    if tools:
+        request["tools"] = [tool_definition(tool, index) for index, tool in enumerate(tools)]
+        choice = tool_choice(payload.get("tool_choice"), parallel=payload.get("parallel_tool_calls"))
+        if choice:
+            request["tool_choice"] = choice
+    if payload.get("user"):
+        request["metadata"] = {"user_id": payload["user"]}
+    return request
+
+
+def refuse_unsupported(payload: dict) -> None:
+    """What the Messages API has no way to do. Asking for nothing of it (n of 1, logprobs false, a text
+    response format, an empty logit_bias) is honoured by doing nothing, so it is not refused."""
+    if (payload.get("n") or 1) > 1:
+        raise _unsupported("n", "Anthropic answers with one choice per request")
+    if payload.get("logprobs") or payload.get("top_logprobs"):
+        raise _unsupported("logprobs" if payload.get("logprobs") else "top_logprobs",
+                           "Anthropic does not return log probabilities")
+    for name in ("logit_bias", "seed", "presence_penalty", "frequency_penalty"):
+        if payload.get(name):
+            raise _unsupported(name, "Anthropic's Messages API has no such parameter")
+    response_format = payload.get("response_format")
+    if response_format and response_format.get("type") != "text":
+        raise _unsupported("response_format", "Anthropic's Messages API has no JSON mode; describe the JSON "
+                                              "wanted in the prompt, or use a tool")
+    if payload.get("temperature") is not None and payload["temperature"] > 1:
+        raise _unsupported("temperature", "Anthropic takes a temperature from 0 to 1")
+
+
+def _unsupported(param: str, why: str) -> UnsupportedParameter:
+    return UnsupportedParameter(f"The parameter '{param}' is not supported for this model: {why}.", param=param)
+
+
+def tool_definition(tool: dict, index: int) -> dict:
+    if tool.get("type") != "function":
+        raise UnsupportedParameter(f"tools.{index}: tools of type {tool.get('type')!r} are not supported for this "
+                                   f"model; only function tools are.", param="tools")
+    function = tool["function"]
+    schema = function.get("parameters")
+    if schema is not None and not isinstance(schema, dict):
+        raise InvalidRequest(f"tools.{index}.function.parameters must be a JSON schema object.",
+                             param=f"tools.{index}.function.parameters")
+    # Anthropic requires an object schema; a function without parameters takes an empty object.
+    schema = {"type": "object", **(schema or {"properties": {}})}
+    found = {"name": function["name"], "input_schema": schema}
+    if isinstance(function.get("description"), str) and function["description"]:
+        found["description"] = function["description"]
+    return found
+
+
+def tool_choice(choice, *, parallel: bool | None) -> dict | None:
+    """OpenAI's tool_choice (and parallel_tool_calls: false) as Anthropic's tool_choice."""
+    if choice is None:
+        found = {"type": "auto"} if parallel is False else None
+    elif isinstance(choice, str):
+        found = {"type": {"auto": "auto", "none": "none", "required": "any"}[choice]}
+    else:
+        function = choice.get("function") if choice.get("type") == "function" else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise UnsupportedParameter("tool_choice must be 'auto', 'none', 'required' or "
+                                       "{\"type\": \"function\", \"function\": {\"name\": …}} for this model.",
+                                       param="tool_choice")
+        found = {"type": "tool", "name": function["name"]}
+    if found and parallel is False and found["type"] != "none":
+        found["disable_parallel_tool_use"] = True
+    return found
+
+
+def tool_id(value) -> str:
+    """A client's tool call id as Anthropic takes one (letters, digits, _ and -)."""
+    return TOOL_ID_REFUSED.sub("_", value) if isinstance(value, str) and value else tool_call_id()
+
+
+# -- messages
+
+def conversation(messages: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(system blocks, messages). System and developer messages become the system prompt, wherever they
+    stand; assistant tool calls become tool_use blocks and tool messages tool_result blocks, the results
+    in a row joined into one user turn; turns of one role in a row are merged (Anthropic's turns alternate)."""
+    system: list[dict] = []
+    turns: list[dict] = []
+    for index, message in enumerate(messages):
+        role, where = message["role"], f"messages.{index}"
+        if role in ("system", "developer"):
+            system.extend(_text_blocks(message.get("content"), where))
+        elif role == "tool":
+            if not isinstance(message.get("tool_call_id"), str) or not message["tool_call_id"]:
+                raise InvalidRequest(f"{where}.tool_call_id is required.", param=f"{where}.tool_call_id")
+            result = {"type": "tool_result", "tool_use_id": tool_id(message["tool_call_id"])}
+            text = content_text(message.get("content"))
+            if text:
+                result["content"] = text
+            _add(turns, "user", [result])
+        elif role == "assistant":
+            blocks = _text_blocks(message.get("content"), where)
+            calls = list(message.get("tool_calls") or ())
+            if message.get("function_call"):  # the older single-call form
+                calls.append({"function": message["function_call"]})
+            for position, call in enumerate(calls):
+                name, args = function_call(call, f"{where}.tool_calls.{position}")
+                blocks.append({"type": "tool_use", "id": tool_id(call.get("id")), "name": name, "input": args})
+            _add(turns, "assistant", blocks)
+        else:
+            _add(turns, "user", _user_blocks(message.get("content"), where))
+    if not turns:
+        raise InvalidRequest("messages needs at least one user or assistant message besides the system prompt.",
+                             param="messages")
+    return system, turns
+
+
+def _add(turns: list[dict], role: str, blocks: list[dict]) -> None:
+    if not blocks:
+        return  # an empty turn (an assistant message with empty content): Anthropic refuses one
+    if turns and turns[-1]["role"] == role:
+        previous = turns[-1]["content"]
+        if blocks[0]["type"] == "tool_result":
+            # Tool results lead their user turn, as Anthropic requires: after the results already there.
+            at = sum(1 for block in previous if block["type"] == "tool_result")
+            previous[at:at] = blocks
+        else:
+            previous.extend(blocks)
+    else:
+        turns.append({"role": role, "content": blocks})
+
+
+def _text_blocks(content, where: str) -> list[dict]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    blocks = []
+    for index, part in enumerate(content):
+        kind = part.get("type")
+        if kind not in ("text", "refusal"):
+            raise _part_unsupported(part, f"{where}.content.{index}")
+        text = part.get("text") if kind == "text" else part.get("refusal")
+        if isinstance(text, str) and text:
+            blocks.append({"type": "text", "text": text})
+    return blocks
+
+
+def _user_blocks(content, where: str) -> list[dict]:
+    if not isinstance(content, list):
+        return _text_blocks(content, where)
+    blocks = []
+    for index, part in enumerate(content):
+        at = f"{where}.content.{index}"
+        kind = part.get("type")
+        if kind == "text":
+            if part["text"]:
+                blocks.append({"type": "text", "text": part["text"]})
+        elif kind == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            if not isinstance(url, str):
+                raise InvalidRequest(f"{at}.image_url needs a url.", param=f"{at}.image_url")
+            blocks.append({"type": "image", "source": _source(url, f"{at}.image_url.url")})
+        elif kind == "file" and isinstance(part.get("file"), dict) and isinstance(part["file"].get("file_data"), str):
+            media_type, data = data_url(part["file"]["file_data"], f"{at}.file.file_data")
+            if media_type != "application/pdf":
+                raise UnsupportedParameter(f"{at}: files of type {media_type} are not supported for this model; "
+                                           f"PDF files are.", param="messages")
+            blocks.append({"type": "document", "source": {"type": "base64", "media_type": media_type, "data": data}})
+        else:
+            raise _part_unsupported(part, at)
+    return blocks
+
+
+def _source(url: str, where: str) -> dict:
+    """An image as Anthropic's source: a data URL's bytes inline, an https URL for Anthropic to fetch."""
+    if url.startswith("https://"):
+        return {"type": "url", "url": url}
+    if url.startswith("http://"):
+        raise InvalidRequest(f"{where}: this model takes images by https URL or as a base64 data URL.", param=where)
+    media_type, data = data_url(url, where)
+    return {"type": "base64", "media_type": media_type, "data": data}
+
+
+def _part_unsupported(part: dict, where: str) -> UnsupportedParameter:
+    what = "file parts by file_id" if part.get("type") == "file" else f"content parts of type {part.get('type')!r}"
+    return UnsupportedParameter(f"{where}: {what} are not supported for this model.", param="messages")
+
+
+# ---------------------------------------------------------------- the answer
+
+def finish_reason(reason, called: bool) -> str | None:
+    if called:
+        return "tool_calls"  # an answer that calls a function, whatever Anthropic's reason
+    if not reason:
+        return None
+    return FINISH_REASONS.get(reason, "stop")
+
+
+def usage(counts) -> dict | None:
+    """Anthropic's usage as OpenAI's: prompt_tokens counts every input token, the ones read from the
+    cache and the ones written to it included (Anthropic's input_tokens counts only the rest)."""
+    if not isinstance(counts, dict):
+        return None
+
+    def count(name: str) -> int:
+        value = counts.get(name)
+        return value if type(value) is int and value >= 0 else 0
+
+    cached = count("cache_read_input_tokens")
+    prompt = count("input_tokens") + cached + count("cache_creation_input_tokens")
+    output = count("output_tokens")
+    return {"prompt_tokens": prompt, "completion_tokens": output, "total_tokens": prompt + output,
+            "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def _blocks(body: dict, malformed) -> list[dict]:
+    content = body.get("content")
+    if not isinstance(content, list) or not all(isinstance(block, dict) for block in content):
+        raise malformed("response")
+    return content
+
+
+def _tool_call(block: dict, malformed) -> dict:
+    if not isinstance(block.get("name"), str) or not isinstance(block.get("input", {}), dict):
+        raise malformed("tool call")
+    return {"id": block["id"] if isinstance(block.get("id"), str) and block["id"] else tool_call_id(),
+            "type": "function",
+            "function": {"name": block["name"], "arguments": json.dumps(block.get("input") or {}, ensure_ascii=False)}}
+
+
+def _completion_id(message_id) -> str:
+    return f"chatcmpl-{message_id}" if isinstance(message_id, str) and message_id else \
+        f"chatcmpl-{uuid.uuid4().hex[:24]}"
+
+
+def completion(body: dict, *, model: str, malformed) -> dict:
+    texts, calls = [], []
+    for block in _blocks(body, malformed):
+        if block.get("type") == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif block.get("type") == "tool_use":
+            calls.append(_tool_call(block, malformed))
+        # thinking blocks and server tools' blocks are not part of OpenAI's answer
+    message = {"role": "assistant", "content": "".join(texts) if texts else None}
+    if calls:
+        message["tool_calls"] = calls
+    answer = {"id": _completion_id(body.get("id")), "object": "chat.completion", "created": int(time.time()),
+              "model": model, "choices": [{"index": 0, "message": message, "logprobs": None,
+                                           "finish_reason": finish_reason(body.get("stop_reason") or "end_turn",
+                                                                          bool(calls))}]}
+    counted = usage(body.get("usage"))
+    if counted:
+        answer["usage"] = counted
+    return answer
+
+
+@dataclass
+class _Block:
+    kind: str
+    call: int | None = None  # a tool_use block's index among the answer's tool calls
+
+
+class StreamTranslation:
+    """Anthropic's stream events as chat.completion.chunk objects, one chunk per event that says something,
+    as it arrives: text deltas as content, a tool_use block's start as a tool call (id and name) and its
+    input_json_delta pieces as that call's arguments, message_delta as the finish reason."""
+
+    def __init__(self, *, model: str):
+        self.model = model
+        self.id = _completion_id(None)
+        self.created = int(time.time())
+        self.counts: dict = {}
+        self.blocks: dict[int, _Block] = {}
+        self.calls = 0
+        self.opened = False
+        self.done = False
+
+    def chunk(self, delta: dict, finish: str | None = None) -> dict:
+        if not self.opened:
+            delta = {"role": "assistant", **delta}
+            self.opened = True
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    def count(self, counts) -> None:
+        if isinstance(counts, dict):
+            self.counts.update({name: value for name, value in counts.items() if value is not None})
+
+    def translate(self, event: dict, *, malformed) -> dict | None:
+        kind = event.get("type")
+        if kind == "message_start":
+            message = event.get("message")
+            if not isinstance(message, dict):
+                raise malformed("stream event")
+            self.id = _completion_id(message.get("id"))
+            self.count(message.get("usage"))
+            return self.chunk({})  # the role: held back until the first content (the commit point)
+        if kind == "content_block_start":
+            block, index = event.get("content_block"), event.get("index")
+            if not isinstance(block, dict) or type(index) is not int:
+                raise malformed("stream event")
+            if block.get("type") == "tool_use":
+                self.blocks[index] = _Block("tool_use", self.calls)
+                self.calls += 1
+                call = _tool_call({**block, "input": {}}, malformed)
+                call["function"]["arguments"] = ""
+                return self.chunk({"tool_calls": [{"index": self.blocks[index].call, **call}]})
+            self.blocks[index] = _Block(str(block.get("type")))
+            if block.get("type") == "text" and isinstance(block.get("text"), str) and block["text"]:
+                return self.chunk({"content": block["text"]})
+            return None
+        if kind == "content_block_delta":
+            delta, block = event.get("delta"), self.blocks.get(event.get("index"))
+            if not isinstance(delta, dict) or block is None:
+                raise malformed("stream event")
+            if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str) and delta["text"]:
+                return self.chunk({"content": delta["text"]})
+            if delta.get("type") == "input_json_delta" and block.call is not None and delta.get("partial_json"):
+                return self.chunk({"tool_calls": [{"index": block.call,
+                                                   "function": {"arguments": delta["partial_json"]}}]})
+            return None  # thinking, signatures, citations: not part of OpenAI's answer
+        if kind == "message_delta":
+            self.count(event.get("usage"))
+            delta = event.get("delta") if isinstance(event.get("delta"), dict) else {}
+            return self.chunk({}, finish_reason(delta.get("stop_reason") or "end_turn", self.calls > 0))
+        if kind == "message_stop":
+            self.done = True
+        return None  # ping, content_block_stop, and event types added after this was written
+
+    def usage_chunk(self) -> dict:
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": [], "usage": usage(self.counts)}

@@ -1,0 +1,385 @@
+"""POST /v1/messages and /v1/messages/count_tokens: Anthropic's Messages API for clients built on Anthropic's
+SDK, driven here by the official anthropic SDK against a live server. A request is served by an openai-type
+deployment (translated both ways) or an anthropic-type one (through its adapter), and metered exactly like a
+chat completion: one charge, its ledger row, its usage row, Idempotency-Key, limits, and errors in
+Anthropic's shape with section 4's statuses."""
+import json
+
+import anthropic
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from keys.ledger import mismatches
+from keys.models import ApiKey, LedgerEntry
+from models_catalog.models import UsageEvent
+from tests.gateway.anthropic_fake import (  # noqa: F401 (fixtures)
+    ANTHROPIC_KEY,
+    ANTHROPIC_KEY_ENV,
+    answer,
+    claude,
+    stream_error,
+    stream_events,
+    usage,
+)
+from tests.gateway.conftest import (
+    UPSTREAM_KEY_ENV,
+    UPSTREAM_SECRET,
+    add_provider,
+    chat_completion,
+    chunk,
+    usage_chunk,
+)
+from tests.gateway.test_anthropic_gateway import add_anthropic, serve
+
+WEATHER = {"name": "get_weather", "description": "The weather in a city",
+           "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+HELLO = [{"role": "user", "content": "Hello"}]
+
+
+@pytest.fixture
+def openai_model(upstream, monkeypatch, db):
+    monkeypatch.setenv(UPSTREAM_KEY_ENV, UPSTREAM_SECRET)
+    serve("gpt-chat", [(add_provider("oa", upstream.base_url), "gpt-x", 1)])
+    return upstream
+
+
+@pytest.fixture
+def claude_model(claude, monkeypatch, db):
+    monkeypatch.setenv(ANTHROPIC_KEY_ENV, ANTHROPIC_KEY)
+    serve("claude-chat", [(add_anthropic("anthropic", claude), "claude-sonnet-4-5", 1)])
+    return claude
+
+
+@pytest.fixture
+def sdk(live_server, free_key):
+    key, secret = free_key
+    with anthropic.Anthropic(base_url=live_server.url, api_key=secret, max_retries=0, timeout=30) as client:
+        yield client, key
+
+
+def credits_of(key) -> int:
+    return ApiKey.objects.get(pk=key.pk).credits
+
+
+def charged_once(key, provider: str) -> UsageEvent:
+    assert credits_of(key) == 99
+    charge = LedgerEntry.objects.get(kind="charge")
+    assert (charge.status, charge.provider, charge.operation) == ("completed", provider, "chat")
+    assert mismatches() == []
+    return UsageEvent.objects.get(success=True)
+
+
+# ---------------------------------------------------------------- served
+
+def test_a_message_is_served_by_an_openai_deployment_translated_both_ways(sdk, openai_model):
+    client, key = sdk
+    openai_model.json("/chat/completions", chat_completion("Hi there!", prompt_tokens=12, completion_tokens=3))
+    reply = client.messages.create(model="gpt-chat", max_tokens=64, system="Be kind.", messages=HELLO,
+                                   stop_sequences=["END"], metadata={"user_id": "u-1"}, extra_body={"temperature": 0.5})
+    assert reply.type == "message" and reply.role == "assistant" and reply.model == "gpt-chat"
+    assert [block.type for block in reply.content] == ["text"] and reply.content[0].text == "Hi there!"
+    assert reply.stop_reason == "end_turn" and reply.id.startswith("msg_")
+    assert (reply.usage.input_tokens, reply.usage.output_tokens) == (12, 3)
+    assert openai_model.posts()[0].body == {
+        "model": "gpt-x", "max_tokens": 64, "temperature": 0.5, "stop": ["END"], "user": "u-1", "stream": False,
+        "messages": [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "Hello"}]}
+    event = charged_once(key, "oa")
+    assert (event.input_tokens, event.output_tokens) == (12, 3)
+
+
+def test_a_message_is_served_by_an_anthropic_deployment(sdk, claude_model):
+    client, key = sdk
+    claude_model.answer(answer("Bonjour", counts=usage(4, 2, cache_read=10)))
+    reply = client.messages.create(model="claude-chat", max_tokens=64, messages=HELLO)
+    assert reply.content[0].text == "Bonjour" and reply.model == "claude-chat"
+    assert (reply.usage.input_tokens, reply.usage.cache_read_input_tokens, reply.usage.output_tokens) == (4, 10, 2)
+    [call] = claude_model.posts()
+    assert call.problems == [] and call.body["max_tokens"] == 64
+    assert call.body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "Hello"}]}]
+    event = charged_once(key, "anthropic")
+    assert (event.input_tokens, event.cached_tokens) == (14, 10)
+
+
+def test_a_stream_from_an_openai_deployment_reads_as_anthropics_events(sdk, openai_model):
+    client, key = sdk
+    openai_model.sse("/chat/completions", [
+        {**chunk(), "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]},
+        chunk("Hel"), chunk("lo!"), chunk(finish_reason="stop"), usage_chunk(9, 3), "[DONE]"])
+    with client.messages.stream(model="gpt-chat", max_tokens=64, messages=HELLO) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == "Hello!" and final.stop_reason == "end_turn"
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (9, 3)
+    event = charged_once(key, "oa")
+    assert (event.input_tokens, event.output_tokens) == (9, 3)
+
+
+def test_a_stream_from_an_anthropic_deployment_with_its_raw_events(sdk, claude_model):
+    client, key = sdk
+    claude_model.stream(*stream_events(["Hel", "lo"], counts=usage(5, 2)))
+    with client.messages.stream(model="claude-chat", max_tokens=64, messages=HELLO) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_message()
+    assert final.content[0].text == "Hello"
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    assert {"content_block_start", "content_block_delta", "content_block_stop", "message_delta"} <= set(kinds)
+    charged_once(key, "anthropic")
+
+
+def test_tools_round_trip_with_streamed_input_json(sdk, claude_model):
+    client, key = sdk
+    claude_model.stream(*stream_events("Let me check.", ("get_weather", ['{"city"', ': "Oslo"}'], "toolu_77"),
+                                       stop_reason="tool_use"))
+    with client.messages.stream(model="claude-chat", max_tokens=64, tools=[WEATHER], messages=[
+            {"role": "user", "content": "Weather in Oslo?"}], tool_choice={"type": "auto"}) as stream:
+        final = stream.get_final_message()
+    assert final.stop_reason == "tool_use"
+    call = final.content[1]
+    assert (call.type, call.id, call.name, call.input) == ("tool_use", "toolu_77", "get_weather", {"city": "Oslo"})
+    first = claude_model.posts()[0].body
+    assert first["tools"] == [WEATHER] and first["tool_choice"] == {"type": "auto"}
+
+    claude_model.answer(answer("Oslo is rainy."))
+    reply = client.messages.create(model="claude-chat", max_tokens=64, tools=[WEATHER], messages=[
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in final.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_77", "content": "rainy"},
+                                     {"type": "text", "text": "Summarise."}]}])
+    assert reply.content[0].text == "Oslo is rainy."
+    second = claude_model.posts()[1]
+    assert second.problems == []
+    assert second.body["messages"][1:] == [
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "Let me check."},
+            {"type": "tool_use", "id": "toolu_77", "name": "get_weather", "input": {"city": "Oslo"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_77", "content": "rainy"},
+                                     {"type": "text", "text": "Summarise."}]}]
+    assert credits_of(key) == 98 and mismatches() == []
+
+
+def test_a_tool_call_from_an_openai_deployment_is_a_tool_use_block(sdk, openai_model):
+    client, _ = sdk
+    completion = chat_completion()
+    completion["choices"][0]["message"] = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}}]}
+    completion["choices"][0]["finish_reason"] = "tool_calls"
+    openai_model.json("/chat/completions", completion)
+    reply = client.messages.create(model="gpt-chat", max_tokens=64, tools=[WEATHER], messages=HELLO,
+                                   tool_choice={"type": "tool", "name": "get_weather"})
+    assert reply.stop_reason == "tool_use"
+    assert reply.content[0].model_dump(exclude_none=True) == {"type": "tool_use", "id": "call_1",
+                                                              "name": "get_weather", "input": {"city": "Rome"}}
+    sent = openai_model.posts()[0].body
+    assert sent["tools"] == [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER[
+        "input_schema"], "description": "The weather in a city"}}]
+    assert sent["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
+
+
+def test_a_stream_failing_midway_ends_with_an_error_event_and_is_charged(sdk, claude_model):
+    client, key = sdk
+    claude_model.stream(*stream_events("Half")[:4], stream_error())
+    with pytest.raises(anthropic.APIStatusError):
+        with client.messages.stream(model="claude-chat", max_tokens=64, messages=HELLO) as stream:
+            "".join(stream.text_stream)
+    assert credits_of(key) == 99 and mismatches() == []
+    assert UsageEvent.objects.get().status == 502
+
+
+def test_count_tokens_is_the_gateways_estimate_and_free(sdk, claude_model):
+    client, key = sdk
+    counted = client.messages.count_tokens(model="claude-chat", system="Be brief.", tools=[WEATHER], messages=[
+        {"role": "user", "content": "How many tokens is this sentence, roughly?"}])
+    assert counted.input_tokens > 10
+    assert credits_of(key) == 100 and not LedgerEntry.objects.filter(kind="charge").exists()
+    assert claude_model.posts() == []
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.count_tokens(model="no-such-model", messages=HELLO)
+
+
+def test_an_idempotent_retry_is_answered_with_the_first_message_and_charged_once(sdk, openai_model):
+    client, key = sdk
+    openai_model.json("/chat/completions", chat_completion("Only once"))
+    first = client.messages.create(model="gpt-chat", max_tokens=64, messages=HELLO,
+                                   extra_headers={"Idempotency-Key": "msg-retry-1"})
+    again = client.messages.create(model="gpt-chat", max_tokens=64, messages=HELLO,
+                                   extra_headers={"Idempotency-Key": "msg-retry-1"})
+    assert again.model_dump() == first.model_dump()
+    assert len(openai_model.posts()) == 1
+    charged_once(key, "oa")
+
+
+def test_an_idempotent_stream_retry_replays_the_same_events(sdk, openai_model):
+    client, key = sdk
+    openai_model.sse("/chat/completions", [chunk("Once"), chunk(finish_reason="stop"), usage_chunk(), "[DONE]"])
+    texts = []
+    for _ in range(2):
+        with client.messages.stream(model="gpt-chat", max_tokens=64, messages=HELLO,
+                                    extra_headers={"Idempotency-Key": "stream-retry-1"}) as stream:
+            texts.append("".join(stream.text_stream))
+    assert texts == ["Once", "Once"] and len(openai_model.posts()) == 1
+    charged_once(key, "oa")
+
+
+# ---------------------------------------------------------------- errors, in Anthropic's shape
+
+def test_a_bad_key_is_an_authentication_error(live_server, openai_model):
+    with anthropic.Anthropic(base_url=live_server.url, api_key="sk-" + "x" * 40, max_retries=0) as client:
+        with pytest.raises(anthropic.AuthenticationError) as refused:
+            client.messages.create(model="gpt-chat", max_tokens=64, messages=HELLO)
+    assert refused.value.body["type"] == "error" and refused.value.body["error"]["type"] == "authentication_error"
+
+
+def test_a_broke_key_is_a_402_billing_error(live_server, openai_model, broke_key):
+    _, secret = broke_key
+    with anthropic.Anthropic(base_url=live_server.url, api_key=secret, max_retries=0) as client:
+        with pytest.raises(anthropic.APIStatusError) as refused:
+            client.messages.create(model="gpt-chat", max_tokens=64, messages=HELLO)
+    assert refused.value.status_code == 402 and refused.value.body["error"]["type"] == "billing_error"
+    assert openai_model.posts() == []
+
+
+def test_an_unknown_model_is_a_not_found_error(sdk, openai_model):
+    client, key = sdk
+    with pytest.raises(anthropic.NotFoundError) as refused:
+        client.messages.create(model="no-such-model", max_tokens=64, messages=HELLO)
+    assert refused.value.body["error"]["type"] == "not_found_error"
+    assert credits_of(key) == 100
+
+
+def test_past_the_keys_rpm_is_a_rate_limit_error(live_server, openai_model, make_key):
+    _, secret = make_key(credits=100, max_credits=100, rpm=1)
+    openai_model.json("/chat/completions", chat_completion())
+    with anthropic.Anthropic(base_url=live_server.url, api_key=secret, max_retries=0) as client:
+        client.messages.create(model="gpt-chat", max_tokens=64, messages=HELLO)
+        with pytest.raises(anthropic.RateLimitError) as limited:
+            client.messages.create(model="gpt-chat", max_tokens=64, messages=HELLO)
+    assert limited.value.body["error"]["type"] == "rate_limit_error"
+    assert limited.value.response.headers["retry-after"]
+
+
+def test_an_upstream_that_fails_is_a_502_api_error_that_costs_nothing(sdk, openai_model):
+    client, key = sdk
+    openai_model.fail_all(500)
+    with pytest.raises(anthropic.APIStatusError) as failed:
+        client.messages.create(model="gpt-chat", max_tokens=64, messages=HELLO)
+    assert failed.value.status_code == 502 and failed.value.body["error"]["type"] == "api_error"
+    assert credits_of(key) == 100 and mismatches() == []
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ({"model": "gpt-chat", "messages": HELLO}, "max_tokens"),
+    ({"model": "gpt-chat", "max_tokens": 5, "messages": []}, "messages"),
+    ({"model": "gpt-chat", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
+    ({"model": "gpt-chat", "max_tokens": "five", "messages": HELLO}, "max_tokens"),
+    ({"model": "gpt-chat", "max_tokens": 5, "messages": HELLO, "top_k": 3}, "top_k"),
+    ({"model": "gpt-chat", "max_tokens": 5, "messages": HELLO, "whatever": 1}, "whatever"),
+    ({"model": "gpt-chat", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "bogus"}]}]},
+     "messages.0.content.0"),
+    ({"model": "gpt-chat", "max_tokens": 5, "messages": HELLO, "tools": [{"name": "x"}]}, "tools.0.input_schema"),
+    ({"model": "gpt-chat", "max_tokens": 5, "messages": [{"role": "user", "content": 7}]}, "messages.0.content"),
+])
+def test_bad_input_is_a_400_invalid_request_error_naming_the_field(client, openai_model, free_key, body, fragment):
+    key, secret = free_key
+    response = client.post("/v1/messages", json.dumps(body), content_type="application/json", HTTP_X_API_KEY=secret)
+    assert response.status_code == 400, response.content
+    error = response.json()
+    assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+    assert fragment in error["error"]["message"]
+    assert credits_of(key) == 100
+
+
+@pytest.mark.parametrize("raw", [b"", b"not json", b"[1, 2]"])
+def test_a_body_that_is_not_a_json_object_is_a_400_in_anthropics_shape(client, free_key, raw):
+    _, secret = free_key
+    response = client.post("/v1/messages", raw, content_type="application/json", HTTP_X_API_KEY=secret)
+    assert response.status_code == 400 and response.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_the_key_is_read_from_x_api_key_and_a_missing_key_is_a_401(client, openai_model, free_key):
+    key, secret = free_key
+    openai_model.json("/chat/completions", chat_completion())
+    body = json.dumps({"model": "gpt-chat", "max_tokens": 5, "messages": HELLO})
+    response = client.post("/v1/messages", body, content_type="application/json", HTTP_X_API_KEY=secret,
+                           HTTP_ANTHROPIC_VERSION="2023-06-01")
+    assert response.status_code == 200 and response.json()["type"] == "message"
+    assert response["X-Remaining-Credits"] == "99"
+    missing = client.post("/v1/messages", body, content_type="application/json")
+    assert missing.status_code == 401 and missing.json() == {
+        "type": "error", "error": {"type": "authentication_error", "message": missing.json()["error"]["message"]}}
+    counted = client.post("/v1/messages/count_tokens", body, content_type="application/json")
+    assert counted.status_code == 401 and counted.json()["error"]["type"] == "authentication_error"
+
+
+def test_wrong_methods_answer_405_in_anthropics_shape(client, free_key):
+    _, secret = free_key
+    for path in ("/v1/messages", "/v1/messages/count_tokens"):
+        response = client.get(path, HTTP_X_API_KEY=secret)
+        assert response.status_code == 405 and response.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_a_successful_message_costs_the_same_two_statements_as_a_chat_completion(client, seeded, free_key, vendor):
+    _, secret = free_key
+    body = json.dumps({"model": "local-chat", "max_tokens": 16, "messages": HELLO})
+    assert client.post("/v1/messages", body, content_type="application/json",
+                       HTTP_X_API_KEY=secret).status_code == 200  # authenticates: the key is cached
+    with CaptureQueriesContext(connection) as captured:
+        assert client.post("/v1/messages", body, content_type="application/json",
+                           HTTP_X_API_KEY=secret).status_code == 200
+    statements = [q["sql"] for q in captured.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
+    assert len(statements) == (2 if vendor == "postgresql" else 5)
+
+
+def test_a_successful_message_makes_one_shared_cache_round_trip(client, openai_model, free_key, monkeypatch,
+                                                                 settings):
+    from django.core.cache import cache
+
+    from utils_app import shared
+
+    _, secret = free_key
+    openai_model.json("/chat/completions", chat_completion())
+    body = json.dumps({"model": "gpt-chat", "max_tokens": 16, "messages": HELLO})
+
+    def send():
+        return client.post("/v1/messages", body, content_type="application/json", HTTP_X_API_KEY=secret)
+
+    assert send().status_code == 200
+    trips = []
+
+    def counting(function):
+        def counted(*args, **kwargs):
+            trips.append(args)
+            return function(*args, **kwargs)
+        return counted
+
+    monkeypatch.setattr(shared, "run", counting(shared.run))
+    if settings.SHARED_CACHE:  # Redis: the limits' script and whatever rides with it, in one pipeline
+        monkeypatch.setattr(cache, "run_script", counting(cache.run_script))
+    else:
+        monkeypatch.setattr(shared.memory, "run", counting(shared.memory.run))
+    assert send().status_code == 200
+    assert len(trips) == 1
+
+
+def test_an_image_and_a_system_prompt_reach_an_anthropic_deployment_as_they_were_sent(sdk, claude_model):
+    client, _ = sdk
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    linked = {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}}
+    client.messages.create(model="claude-chat", max_tokens=64, system=[{"type": "text", "text": "Be brief."}],
+                           messages=[{"role": "user", "content": [{"type": "text", "text": "What is it?"},
+                                                                  image, linked]}])
+    [call] = claude_model.posts()
+    assert call.problems == [] and call.body["system"] == [{"type": "text", "text": "Be brief."}]
+    assert call.body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "What is it?"},
+                                                                  image, linked]}]
+
+
+def test_a_model_the_tier_may_not_use_is_a_permission_error(live_server, openai_model, make_key):
+    _, secret = make_key(tier="premium", credits=100, max_credits=100)  # the model allows "free" only
+    with anthropic.Anthropic(base_url=live_server.url, api_key=secret, max_retries=0) as client:
+        with pytest.raises(anthropic.PermissionDeniedError) as refused:
+            client.messages.create(model="gpt-chat", max_tokens=64, messages=HELLO)
+        assert refused.value.body["error"]["type"] == "permission_error"
+        with pytest.raises(anthropic.PermissionDeniedError):
+            client.messages.count_tokens(model="gpt-chat", messages=HELLO)
+    assert openai_model.posts() == []

@@ -17,13 +17,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cached_property
 
 from gateway.upstream import register
 from gateway.upstream.base import HttpAdapter
 from gateway.upstream.shapes import ChunkStream, content_text, data_url, function_call, tool_call_id
-from gateway.upstream.transport import EventStream, HttpTransport, Refusal, json_object
-from models_catalog.provider_types import DEFAULT_MAX_TOKENS, TYPES
+from gateway.upstream.transport import EventStream, Refusal, json_object
+from models_catalog.provider_types import DEFAULT_MAX_TOKENS
 from utils_app.errors import GatewayError, InvalidRequest, UnsupportedParameter, UpstreamError
 
 API_VERSION = "2023-06-01"
@@ -63,13 +62,7 @@ class AnthropicAdapter(HttpAdapter):
     def read_error(self, status: int, content: bytes) -> Refusal:
         return anthropic_refusal(status, content)
 
-    @cached_property
-    def transport(self) -> HttpTransport:
-        secret = self.secret()
-        headers = {"anthropic-version": API_VERSION, **(self.auth_headers(secret) if secret else {})}
-        return HttpTransport(name=self.name, base_url=self.provider.base_url or TYPES["anthropic"].default_base_url,
-                             timeout=self.provider.timeout, headers=headers, secret=secret,
-                             read_error=self.read_error, deadline=self.deadline)
+    type_headers = {"anthropic-version": API_VERSION}
 
     def request(self, payload: dict, *, stream: bool) -> dict:
         default = getattr(self.provider, "max_tokens_default", None) or DEFAULT_MAX_TOKENS

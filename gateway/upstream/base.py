@@ -6,6 +6,7 @@ from functools import cached_property
 from gateway.upstream.transport import Deadline, HttpTransport, Refusal, json_object
 from models_catalog.catalog import secret_env_allowed
 from models_catalog.models import Deployment
+from models_catalog.provider_types import TYPES
 from utils_app.errors import UpstreamError, UpstreamNotConfigured
 
 PROBE_TEXT = "ping"
@@ -44,12 +45,19 @@ class HttpAdapter:
         """An OpenAI-shaped error body, ``{"error": {"message", "type", "code", "param"}}`` (the default)."""
         return openai_refusal(content)
 
+    # The transport's class, and headers every call of the type carries besides the secret's.
+    transport_class = HttpTransport
+    type_headers: dict = {}
+
     @cached_property
     def transport(self) -> HttpTransport:
         secret = self.secret()
-        return HttpTransport(name=self.name, base_url=self.provider.base_url, timeout=self.provider.timeout,
-                             headers=self.auth_headers(secret) if secret else {}, secret=secret,
-                             read_error=self.read_error, deadline=self.deadline)
+        headers = {**self.type_headers, **(self.auth_headers(secret) if secret else {})}
+        # A type with a public API has a default base URL (models_catalog.provider_types).
+        base_url = self.provider.base_url or TYPES[self.provider.type].default_base_url
+        return self.transport_class(name=self.name, base_url=base_url, timeout=self.provider.timeout,
+                                    headers=headers, secret=secret, read_error=self.read_error,
+                                    deadline=self.deadline)
 
     def unsupported(self, operation: str) -> UpstreamError:
         # The catalog refuses such a model; this only guards a pool edited around the checks.

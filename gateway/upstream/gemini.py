@@ -22,14 +22,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import cached_property
 from urllib.parse import quote
 
 from gateway.upstream import register
 from gateway.upstream.base import HttpAdapter
 from gateway.upstream.shapes import ChunkStream, content_text, data_url, function_call, tool_call_id
 from gateway.upstream.transport import EventStream, HttpTransport, Refusal, json_object
-from models_catalog.provider_types import TYPES
 from utils_app.errors import (
     GatewayError,
     InvalidRequest,
@@ -125,12 +123,7 @@ class GeminiAdapter(HttpAdapter):
     def read_error(self, status: int, content: bytes) -> Refusal:
         return gemini_refusal(status, content)
 
-    @cached_property
-    def transport(self) -> HttpTransport:
-        secret = self.secret()
-        return GeminiTransport(name=self.name, base_url=self.provider.base_url or TYPES["gemini"].default_base_url,
-                               timeout=self.provider.timeout, headers=self.auth_headers(secret) if secret else {},
-                               secret=secret, read_error=self.read_error, deadline=self.deadline)
+    transport_class = GeminiTransport
 
     @property
     def resource(self) -> str:

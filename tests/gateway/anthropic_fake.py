@@ -15,15 +15,13 @@ helpers below, and that the SDK's own requests pass these checks.
 """
 import json
 import re
-import socket
-import sys
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 from pydantic import TypeAdapter, ValidationError
+
+from tests.gateway.fake_servers import DROP, FakeHandler, FakeServer, Gate
 
 ANTHROPIC_KEY = "sk-ant-api03-FAKE-anthropic-key-0123456789abcdef"
 ANTHROPIC_KEY_ENV = "GATEWAY_UPSTREAM_ANTHROPIC_KEY"
@@ -32,20 +30,7 @@ REQUEST_FIELDS = {"model", "messages", "max_tokens", "system", "stop_sequences",
                   "mcp_servers", "context_management"}
 VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
-DROP = "drop"  # close the connection in the middle of a stream
 _REQUEST = TypeAdapter(MessageCreateParamsNonStreaming)
-
-
-@dataclass
-class Gate:
-    """A stream step that holds the rest of the stream until the test opens it."""
-
-    timeout: float = 10.0
-    event: threading.Event = field(default_factory=threading.Event)
-    opened_in_time: bool | None = None
-
-    def open(self):
-        self.event.set()
 
 
 # ---------------------------------------------------------------- answers (Anthropic's JSON shapes)
@@ -199,15 +184,7 @@ class Call:
     problems: list = field(default_factory=list)
 
 
-class _QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address):
-        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
-            super().handle_error(request, client_address)
-
-
-class FakeAnthropic:
+class FakeAnthropic(FakeServer):
     """Scripted answers to ``/v1/messages``, separately for plain and streamed requests (``answer``,
     ``stream``, ``fail``): a list of replies is answered in turn, its last one for every further call;
     an unscripted call gets a plain answer or a short stream."""
@@ -218,19 +195,9 @@ class FakeAnthropic:
         self.scripts: dict[str, list[Reply]] = {}
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
+        class Handler(FakeHandler):
             def do_POST(self):
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                try:
-                    body = json.loads(raw)
-                except ValueError:
-                    body = None
-                call = Call(self.path, {name.lower(): value for name, value in self.headers.items()}, body)
+                call = Call(self.path, {name.lower(): value for name, value in self.headers.items()}, self.read_json())
                 fake.calls.append(call)
                 self._answer(call)
 
@@ -254,59 +221,19 @@ class FakeAnthropic:
                 self._json(reply.status, reply.body, reply.headers)
 
             def _json(self, status: int, body: dict, headers: dict | None = None):
-                content = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(content)))
-                self.send_header("request-id", "req_011CSHoEeqs5C35K2UUqR7Fy")
-                for name, value in (headers or {}).items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(content)
+                self.send_body(status, body, headers={"request-id": "req_011CSHoEeqs5C35K2UUqR7Fy", **(headers or {})})
 
             def _stream(self, reply: Reply):
-                self.send_response(reply.status)
-                self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-                try:
-                    for event in reply.events:
-                        if isinstance(event, Gate):
-                            event.opened_in_time = event.event.wait(event.timeout)
-                            continue
-                        if event == DROP:
-                            self.wfile.flush()
-                            self.connection.shutdown(socket.SHUT_RDWR)
-                            self.close_connection = True
-                            return
-                        if isinstance(event, str):
-                            self._chunk(f"data: {event}\n\n".encode())
-                        else:
-                            self._chunk(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
-                    self.wfile.write(b"0\r\n\r\n")
-                    self.wfile.flush()
-                except (BrokenPipeError, ConnectionResetError):
-                    self.close_connection = True
+                self.send_events(reply.status, reply.events, lambda event: (
+                    f"data: {event}\n\n" if isinstance(event, str)
+                    else f"event: {event['type']}\ndata: {json.dumps(event)}\n\n").encode())
 
-            def _chunk(self, data: bytes):
-                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                self.wfile.flush()
-
-        self.server = _QuietServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.serve(Handler)
 
     @property
     def base_url(self) -> str:
         """What an anthropic provider's base_url is set to: the API's root, without a version."""
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def start(self):
-        self.thread.start()
-        return self
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+        return self.root
 
     # -- scripting
 

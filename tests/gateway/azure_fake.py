@@ -11,13 +11,12 @@ against it, so its paths and shapes are those the real client expects.
 import base64
 import json
 import struct
-import sys
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
+
+from tests.gateway.fake_servers import FakeHandler, FakeServer
 
 AZURE_KEY = "0123456789abcdef0123456789abcdef"  # Azure keys are 32 hex digits
 AZURE_KEY_ENV = "GATEWAY_UPSTREAM_AZURE_KEY"
@@ -110,15 +109,7 @@ class Call:
         return self.path.split("/")[3] if self.path.startswith("/openai/deployments/") else ""
 
 
-class _QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address):
-        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
-            super().handle_error(request, client_address)
-
-
-class FakeAzure:
+class FakeAzure(FakeServer):
     """``deployments`` maps each Azure deployment's name to its operation. Replies are scripted per
     operation (a list is answered in turn, its last one for every further call); unscripted calls get a
     plain answer in Azure's shape."""
@@ -131,12 +122,7 @@ class FakeAzure:
         self.scripts: dict[str, list[Reply]] = {}
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
+        class Handler(FakeHandler):
             def do_GET(self):
                 call = self._call(None)
                 if call is None:
@@ -149,12 +135,7 @@ class FakeAzure:
                 self._send(Reply(404, azure_error("404", "Resource not found")))
 
             def do_POST(self):
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                try:
-                    body = json.loads(raw)
-                except ValueError:
-                    body = None
-                call = self._call(body)
+                call = self._call(self.read_json())
                 if call is None:
                     return
                 parts = call.path.split("/", 4)  # "", "openai", "deployments", name, operation
@@ -187,49 +168,17 @@ class FakeAzure:
 
             def _send(self, reply: Reply):
                 if reply.events is not None:
-                    return self._stream(reply)
-                content = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
-                self.send_response(reply.status)
-                self.send_header("Content-Type", reply.content_type)
-                self.send_header("Content-Length", str(len(content)))
-                self.send_header("apim-request-id", "00000000-0000-0000-0000-000000000000")
-                for name, value in reply.headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(content)
+                    return self.send_events(200, reply.events, lambda event: (
+                        f"data: {event if isinstance(event, str) else json.dumps(event)}\n\n".encode()))
+                self.send_body(reply.status, reply.body, reply.content_type,
+                               {"apim-request-id": "00000000-0000-0000-0000-000000000000", **reply.headers})
 
-            def _stream(self, reply: Reply):
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-                try:
-                    for event in reply.events:
-                        data = event if isinstance(event, str) else json.dumps(event)
-                        payload = f"data: {data}\n\n".encode()
-                        self.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
-                        self.wfile.flush()
-                    self.wfile.write(b"0\r\n\r\n")
-                    self.wfile.flush()
-                except (BrokenPipeError, ConnectionResetError):
-                    self.close_connection = True
-
-        self.server = _QuietServer(("127.0.0.1", 0), Handler)
-        # A short poll: stop() waits for the loop to notice, once per test.
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.serve(Handler)
 
     @property
     def endpoint(self) -> str:
         """The resource's endpoint, what an azure provider's base_url is set to."""
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def start(self):
-        self.thread.start()
-        return self
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+        return self.root
 
     def script(self, operation: str, *replies: Reply):
         self.scripts[operation] = list(replies)

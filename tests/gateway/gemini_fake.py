@@ -16,16 +16,14 @@ pass against a fake the real client would reject.
 import base64
 import json
 import math
-import socket
-import sys
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 from google.genai import types
 from pydantic import ValidationError
+
+from tests.gateway.fake_servers import FakeHandler, FakeServer
 
 GEMINI_KEY = "AIzaSyFAKE-gemini-key-0123456789abcdefgh"
 GEMINI_KEY_ENV = "GATEWAY_UPSTREAM_GEMINI_KEY"
@@ -35,22 +33,6 @@ EMBED_FIELDS = {"model", "content", "taskType", "title", "outputDimensionality"}
 # Schema keywords of JSON Schema that Gemini's Schema (an OpenAPI 3.0 subset) refuses.
 REFUSED_SCHEMA_KEYS = {"additionalProperties", "$ref", "$defs", "definitions", "$schema", "const", "oneOf", "allOf",
                        "additional_properties"}
-DROP = "drop"  # close the connection in the middle of a stream
-
-
-@dataclass
-class Gate:
-    """A stream step that holds the rest of the stream until the test opens it; records whether it was
-    opened in time (the client had the events before it)."""
-
-    timeout: float = 10.0
-    event: threading.Event = field(default_factory=threading.Event)
-    opened_in_time: bool | None = None
-
-    def open(self):
-        self.event.set()
-
-
 # ---------------------------------------------------------------- answers (Gemini's JSON shapes)
 
 def text_part(text: str, **extra) -> dict:
@@ -292,15 +274,7 @@ class Call:
         return self.path.split(":")[0].removeprefix("/v1beta/")
 
 
-class _QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address):
-        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
-            super().handle_error(request, client_address)
-
-
-class FakeGemini:
+class FakeGemini(FakeServer):
     """Scripted per method (``generateContent``, ``streamGenerateContent``, ``batchEmbedContents``): a list
     of replies is answered in turn, its last one for every further call; unscripted calls get a plain
     answer (text, a short stream, or vectors of outputDimensionality values)."""
@@ -312,31 +286,17 @@ class FakeGemini:
         self.files: dict[str, tuple[bytes, str]] = {}
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
+        class Handler(FakeHandler):
             def do_GET(self):
                 path = urlsplit(self.path).path
                 if path not in fake.files:
                     return self._json(404, error_body(404, "NOT_FOUND", "Not found."))
                 content, content_type = fake.files[path]
-                self.send_response(200)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(content)))
-                self.end_headers()
-                self.wfile.write(content)
+                self.send_body(200, content, content_type)
 
             def do_POST(self):
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                try:
-                    body = json.loads(raw)
-                except ValueError:
-                    body = None
                 parts = urlsplit(self.path)
-                call = Call("POST", unquote(parts.path), parse_qs(parts.query), dict(self.headers), body)
+                call = Call("POST", unquote(parts.path), parse_qs(parts.query), dict(self.headers), self.read_json())
                 fake.calls.append(call)
                 self._answer(call)
 
@@ -369,59 +329,20 @@ class FakeGemini:
                 self._json(reply.status, reply.body)
 
             def _json(self, status: int, body: dict):
-                content = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=UTF-8")
-                self.send_header("Content-Length", str(len(content)))
-                self.end_headers()
-                self.wfile.write(content)
+                self.send_body(status, body, "application/json; charset=UTF-8")
 
             def _stream(self, reply: Reply):
-                self.send_response(reply.status)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-                try:
-                    for event in reply.events:
-                        if isinstance(event, Gate):
-                            event.opened_in_time = event.event.wait(event.timeout)
-                            continue
-                        if event == DROP:
-                            self.wfile.flush()
-                            self.connection.shutdown(socket.SHUT_RDWR)
-                            self.close_connection = True
-                            return
-                        data = event if isinstance(event, str) else json.dumps(event)
-                        self._chunk(f"data: {data}\r\n\r\n".encode())  # Google ends its event lines with CRLF
-                    self.wfile.write(b"0\r\n\r\n")
-                    self.wfile.flush()
-                except (BrokenPipeError, ConnectionResetError):
-                    self.close_connection = True
+                # Google ends its event lines with CRLF.
+                self.send_events(reply.status, reply.events, lambda event: (
+                    f"data: {event if isinstance(event, str) else json.dumps(event)}\r\n\r\n".encode()),
+                    content_type="text/event-stream")
 
-            def _chunk(self, data: bytes):
-                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                self.wfile.flush()
-
-        self.server = _QuietServer(("127.0.0.1", 0), Handler)
-        # A short poll: stop() waits for the loop to notice, once per test.
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    @property
-    def root(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.serve(Handler)
 
     @property
     def base_url(self) -> str:
         """What a gemini provider's base_url is set to: the root with the API's version."""
         return f"{self.root}/v1beta"
-
-    def start(self):
-        self.thread.start()
-        return self
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
 
     # -- scripting
 

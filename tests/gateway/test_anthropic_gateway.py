@@ -17,8 +17,6 @@ from models_catalog.models import AiModel, Deployment, Provider, UsageEvent
 from tests.gateway.anthropic_fake import (  # noqa: F401 (fixtures)
     ANTHROPIC_KEY,
     ANTHROPIC_KEY_ENV,
-    DROP,
-    Gate,
     answer,
     claude,
     error_body,
@@ -30,6 +28,7 @@ from tests.gateway.anthropic_fake import (  # noqa: F401 (fixtures)
     usage,
 )
 from tests.gateway.conftest import PNG_1X1, UPSTREAM_SECRET, chat_completion, closed_port_url
+from tests.gateway.fake_servers import DROP, Gate
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},

@@ -11,8 +11,8 @@ import requests
 from google import genai
 from google.genai import errors, types
 
+from tests.gateway.fake_servers import DROP
 from tests.gateway.gemini_fake import (
-    DROP,
     GEMINI_KEY,
     FakeGemini,
     Reply,

@@ -16,11 +16,10 @@ from keys.models import ApiKey, LedgerEntry
 from models_catalog import catalog
 from models_catalog.models import AiModel, Deployment, Provider, UsageEvent
 from tests.gateway.conftest import PNG_1X1, UPSTREAM_SECRET, chat_completion, closed_port_url
+from tests.gateway.fake_servers import DROP, Gate
 from tests.gateway.gemini_fake import (  # noqa: F401 (fixtures)
-    DROP,
     GEMINI_KEY,
     GEMINI_KEY_ENV,
-    Gate,
     Reply,
     answer,
     blocked,

@@ -5,9 +5,9 @@ A request is translated into the OpenAI-shaped chat request the rest of the gate
 through the very same metering pipeline as /v1/chat/completions (gateway.services.chat_completion):
 the same limits, charge, ledger and usage rows, Idempotency-Key and deployments. What comes back is
 translated into Anthropic's shapes here: the message object, the event stream, and errors as
-``{"type": "error", "error": {"type", "message"}}``. An ``anthropic`` deployment gets the request
-through its adapter (gateway/upstream/anthropic.py), so it travels Anthropic → OpenAI → Anthropic:
-each step is a complete translation, and one path serves every provider type.
+``{"type": "error", "error": {"type", "message"}}``. An ``anthropic`` deployment is the exception
+(AnthropicDialect): it gets the request passed through as the client sent it, and its answer or
+events reach the client as they came; the translation then only feeds the metering.
 
 What translates and what is refused is listed in docs/providers.md.
 """
@@ -17,7 +17,7 @@ import uuid
 from rest_framework.response import Response
 
 from gateway.services import ChatDialect, OpenAIEvents
-from gateway.upstream.shapes import content_text, tool_call_id
+from gateway.upstream.shapes import PASSED_THROUGH, content_text, tool_call_id
 from utils_app.errors import GatewayError, InvalidRequest, UnsupportedParameter, as_gateway_error
 
 # Anthropic's error type for each status the gateway answers with (section 4's statuses are kept).
@@ -97,22 +97,29 @@ def chat_params(body: dict, *, counting: bool = False) -> dict:
             if body["stream"]:
                 # The usage chunk is always asked for: message_delta carries the usage.
                 params.update(stream=True, stream_options={"include_usage": True})
-        if body.get("top_k") is not None:
-            raise _unsupported("top_k", "this gateway's models take temperature and top_p, not top_k.")
         metadata = body.get("metadata")
         if metadata is not None:
             _need(isinstance(metadata, dict), "metadata", "must be an object.")
             if isinstance(metadata.get("user_id"), str) and metadata["user_id"]:
                 params["user"] = metadata["user_id"]
-    thinking = body.get("thinking")
-    if thinking is not None and not (isinstance(thinking, dict) and thinking.get("type") == "disabled"):
-        raise _unsupported("thinking", "extended thinking is not supported through this gateway.")
     if body.get("tools"):
         _need(isinstance(body["tools"], list), "tools", "must be an array.")
         params["tools"] = [_tool(tool, f"tools.{index}") for index, tool in enumerate(body["tools"])]
     if body.get("tool_choice") is not None:
         params.update(_tool_choice(body["tool_choice"]))
     return params
+
+
+def anthropic_only(body: dict) -> dict[str, str]:
+    """The members of a Messages request only an anthropic deployment can honour (it gets the request as
+    it came), each with why another refuses it: such a request skips every other deployment of its pool."""
+    found = {}
+    if body.get("top_k") is not None:
+        found["top_k"] = "only the model's anthropic deployments take top_k; this one takes temperature and top_p."
+    thinking = body.get("thinking")
+    if thinking is not None and not (isinstance(thinking, dict) and thinking.get("type") == "disabled"):
+        found["thinking"] = "extended thinking reaches the model's anthropic deployments only."
+    return found
 
 
 def _system(system) -> str | list:
@@ -283,9 +290,37 @@ def _tool_input(arguments) -> dict:
 
 
 class AnthropicDialect(ChatDialect):
+    """A Messages request (``body``, as the client sent it): passed through as it is to an anthropic
+    deployment, translated for any other; the answer in Anthropic's shapes either way."""
+
+    def __init__(self, body: dict | None = None):
+        self.body = body or {}
+        self.anthropic_only = anthropic_only(self.body)
+
+    def complete(self, client, payload: dict) -> dict:
+        if getattr(client, "passes_through", False):
+            return client.messages(self.body)
+        self.refuse_anthropic_only()
+        return client.chat(payload)
+
+    def stream(self, client, payload: dict):
+        if getattr(client, "passes_through", False):
+            return client.messages_stream(self.body)
+        self.refuse_anthropic_only()
+        return client.chat_stream(payload)
+
+    def refuse_anthropic_only(self) -> None:
+        """A deployment of another type cannot honour what only Anthropic's API takes: the request moves on
+        to the pool's next deployment, and is a 400 naming the parameter when none is left."""
+        for name, why in self.anthropic_only.items():
+            raise _unsupported(name, why)
+
     def answer(self, completion: dict, *, input_tokens: int, output_tokens: int, cached: int) -> dict:
         """A chat.completion as Anthropic's message object (its first choice: a Messages request asks for one),
-        with the metered token counts."""
+        with the metered token counts; a message passed through as Anthropic sent it, under the gateway's
+        model id."""
+        if PASSED_THROUGH in completion:
+            return {**completion[PASSED_THROUGH], "model": completion.get("model")}
         choices = completion.get("choices") or [{}]
         choice = choices[0] if isinstance(choices[0], dict) else {}
         message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
@@ -326,6 +361,7 @@ class AnthropicEvents(OpenAIEvents):
         self.tools: dict[int, int] = {}  # OpenAI tool call index -> content block index
         self.finish = None
         self.usage: dict = {}
+        self.passed_through = False  # the events are Anthropic's own, message_stop included
 
     def _start_block(self, block: dict) -> list[bytes]:
         events = self._close_block()
@@ -342,6 +378,12 @@ class AnthropicEvents(OpenAIEvents):
         return [_sse("content_block_stop", {"type": "content_block_stop", "index": self.index})]
 
     def chunk(self, chunk: dict) -> bytes:
+        if PASSED_THROUGH in chunk:  # Anthropic's own event, as it came (the model named as the client named it)
+            event = chunk[PASSED_THROUGH]
+            self.started = self.passed_through = True
+            if event.get("type") == "message_start" and isinstance(event.get("message"), dict):
+                event = {**event, "message": {**event["message"], "model": chunk.get("model")}}
+            return _sse(str(event.get("type")), event)
         events = []
         if not self.started:
             self.started = True
@@ -387,6 +429,8 @@ class AnthropicEvents(OpenAIEvents):
         return _sse("error", error_body(error))
 
     def end(self) -> bytes:
+        if self.passed_through:
+            return b""
         events = self._close_block()
         events.append(_sse("message_delta", {"type": "message_delta", "delta": {
             "stop_reason": stop_reason(self.finish, bool(self.tools)), "stop_sequence": None},

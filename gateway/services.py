@@ -358,6 +358,14 @@ class ChatDialect:
     def events(self) -> OpenAIEvents:
         return OpenAIEvents()
 
+    def complete(self, client, payload: dict) -> dict:
+        """One attempt at a deployment (``client`` its adapter): a chat.completion."""
+        return client.chat(payload)
+
+    def stream(self, client, payload: dict):
+        """One attempt at a deployment: its chunks, up to the commit point."""
+        return client.chat_stream(payload)
+
 
 def chat_completion(*, request, key: ApiKey, params: dict, dialect: ChatDialect | None = None) -> Outcome:
     """POST /v1/chat/completions (and /v1/messages, through its dialect): a completion, or an event stream
@@ -370,11 +378,11 @@ def chat_completion(*, request, key: ApiKey, params: dict, dialect: ChatDialect 
             client_wants_usage = bool((params.get("stream_options") or {}).get("include_usage"))
             # Always ask for the usage chunk: the tokens of a stream are recorded either way.
             payload["stream_options"] = {**(params.get("stream_options") or {}), "include_usage": True}
-            chunks = meter.call(lambda client: client.chat_stream(payload))
+            chunks = meter.call(lambda client: dialect.stream(client, payload))
             relay = ChatRelay(meter=meter, upstream=chunks, include_usage=client_wants_usage,
                               messages=params["messages"], events=dialect.events())
             return Outcome(headers=meter.headers(), stream=relay)
-        completion = meter.call(lambda client: client.chat(payload))
+        completion = meter.call(lambda client: dialect.complete(client, payload))
         completion["model"] = meter.model.model_id
         usage = completion.get("usage") or {}
         reply = " ".join(content_text((choice.get("message") or {}).get("content"))

@@ -186,11 +186,12 @@ class MessagesView(MeteredView):
         return messages.exception_handler
 
     def validate(self, body):
+        self.anthropic_body = body  # passed through as it is to an anthropic deployment
         return super().validate(messages.chat_params(body))
 
     def operate(self, request, params, sent):
         return services.chat_completion(request=request, key=request.user, params=params,
-                                        dialect=messages.AnthropicDialect())
+                                        dialect=messages.AnthropicDialect(self.anthropic_body))
 
 
 @extend_schema_view(post=extend_schema(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from gateway.upstream import register
 from gateway.upstream.base import HttpAdapter
-from gateway.upstream.shapes import ChunkStream, content_text, data_url, function_call, tool_call_id
+from gateway.upstream.shapes import PASSED_THROUGH, ChunkStream, content_text, data_url, function_call, tool_call_id
 from gateway.upstream.transport import EventStream, Refusal, json_object
 from models_catalog.provider_types import DEFAULT_MAX_TOKENS
 from utils_app.errors import GatewayError, InvalidRequest, UnsupportedParameter, UpstreamError
@@ -82,7 +82,25 @@ class AnthropicAdapter(HttpAdapter):
         usage = bool((payload.get("stream_options") or {}).get("include_usage"))
         return ChunkStream(self._chunks(events, usage=usage), events.close)
 
-    def _chunks(self, events: EventStream, *, usage: bool) -> Iterator[dict]:
+    # -- Anthropic's own requests, passed through (/v1/messages: gateway.messages)
+
+    passes_through = True
+
+    def messages(self, body: dict) -> dict:
+        """A Messages request as the client sent it, under the deployment's model name. The answer is its
+        chat translation, for the metering, with Anthropic's message itself under PASSED_THROUGH."""
+        message = self.transport.post_json(MESSAGES_PATH, {**body, "model": self.upstream_model, "stream": False})
+        answer = completion(message, model=self.upstream_model, malformed=self.transport.malformed)
+        answer[PASSED_THROUGH] = message
+        return answer
+
+    def messages_stream(self, body: dict) -> ChunkStream:
+        """The stream of a Messages request sent as it came: every event of Anthropic's under PASSED_THROUGH,
+        in a chunk that translates it (empty for the events that say nothing to the metering)."""
+        events = self.transport.stream(MESSAGES_PATH, {**body, "model": self.upstream_model, "stream": True})
+        return ChunkStream(self._chunks(events, usage=True, passed_through=True), events.close)
+
+    def _chunks(self, events: EventStream, *, usage: bool, passed_through: bool = False) -> Iterator[dict]:
         stream = StreamTranslation(model=self.upstream_model)
         for data in events:
             event = json_object(data)
@@ -91,6 +109,8 @@ class AnthropicAdapter(HttpAdapter):
             if event.get("type") == "error":
                 raise self._stream_error(event, data)
             chunk = stream.translate(event, malformed=self.transport.malformed)
+            if passed_through:
+                chunk = {**(chunk or {}), PASSED_THROUGH: event}
             if chunk is not None:
                 yield chunk
             if stream.done:

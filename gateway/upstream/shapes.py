@@ -61,6 +61,12 @@ class ChunkStream:
         self._close()
 
 
+# In a chat answer or chunk an adapter hands back for a request it passed through (an Anthropic
+# Messages request to an anthropic deployment, gateway.messages): the provider's own answer or event,
+# which the client gets as it is; the rest of the object is its translation, for the metering.
+PASSED_THROUGH = "passed_through"
+
+
 def commits(chunk: dict) -> bool:
     """Whether a chat chunk carries output: content, a tool call, a refusal or a finish reason."""
     for choice in chunk.get("choices") or ():

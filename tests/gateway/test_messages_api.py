@@ -7,6 +7,7 @@ import json
 
 import anthropic
 import pytest
+import requests
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -95,10 +96,88 @@ def test_a_message_is_served_by_an_anthropic_deployment(sdk, claude_model):
     assert reply.content[0].text == "Bonjour" and reply.model == "claude-chat"
     assert (reply.usage.input_tokens, reply.usage.cache_read_input_tokens, reply.usage.output_tokens) == (4, 10, 2)
     [call] = claude_model.posts()
-    assert call.problems == [] and call.body["max_tokens"] == 64
-    assert call.body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "Hello"}]}]
+    # Passed through: the request as the client sent it, under the deployment's name for the model.
+    assert call.problems == []
+    assert call.body == {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": HELLO, "stream": False}
     event = charged_once(key, "anthropic")
     assert (event.input_tokens, event.cached_tokens) == (14, 10)
+
+
+THINKING = {"type": "thinking", "thinking": "The user greets me.", "signature": "EqQBCkYIBxgCKkB0c2lnbmF0dXJl"}
+
+
+def test_an_anthropic_deployment_gets_the_request_as_sent_and_its_answer_reaches_the_client_as_it_came(
+        sdk, claude_model):
+    """What only Anthropic's API takes (top_k, extended thinking, cache marks, a thinking block of an
+    earlier turn) reaches an anthropic deployment untouched, and its answer comes back block for block."""
+    client, key = sdk
+    sent_back = answer("Bonjour", counts=usage(30, 9, cache_read=20, cache_creation=5))
+    sent_back["content"].insert(0, THINKING)
+    claude_model.answer(sent_back)
+    system = [{"type": "text", "text": "Be kind.", "cache_control": {"type": "ephemeral"}}]
+    history = [{"role": "user", "content": "Hi"},
+               {"role": "assistant", "content": [THINKING, {"type": "text", "text": "Hello!"}]},
+               {"role": "user", "content": [{"type": "text", "text": "Again", "cache_control": {"type": "ephemeral"}}]}]
+    reply = client.messages.create(model="claude-chat", max_tokens=2048, system=system, messages=history,
+                                   thinking={"type": "enabled", "budget_tokens": 1024}, extra_body={"top_k": 5})
+    [call] = claude_model.posts()
+    assert call.problems == []
+    assert call.body == {"model": "claude-sonnet-4-5", "max_tokens": 2048, "system": system, "messages": history,
+                         "top_k": 5, "thinking": {"type": "enabled", "budget_tokens": 1024}, "stream": False}
+    assert reply.to_dict() == {**sent_back, "model": "claude-chat"}
+    event = charged_once(key, "anthropic")
+    assert (event.input_tokens, event.output_tokens, event.cached_tokens) == (55, 9, 20)
+
+
+def test_a_stream_from_an_anthropic_deployment_is_relayed_event_for_event(sdk, claude_model):
+    client, key = sdk
+    events = stream_events(["Hel", "lo"], counts=usage(5, 2))
+    thinking = [{"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Hm."}},
+                {"type": "content_block_delta", "index": 0,
+                 "delta": {"type": "signature_delta", "signature": THINKING["signature"]}},
+                {"type": "content_block_stop", "index": 0}]
+    for event in events:  # the text block after the thinking one
+        if "index" in event:
+            event["index"] += 1
+    events[2:2] = thinking
+    claude_model.stream(*events)
+    # On the wire: Anthropic's events, each as it came, the model named as the client named it.
+    body = {"model": "claude-chat", "max_tokens": 2048, "messages": HELLO, "stream": True,
+            "thinking": {"type": "enabled", "budget_tokens": 1024}}
+    with requests.post(f"{str(client.base_url).rstrip('/')}/v1/messages", json=body, stream=True, timeout=30,
+                       headers={"x-api-key": client.api_key, "anthropic-version": "2023-06-01"}) as response:
+        assert response.status_code == 200
+        lines = [line for line in response.iter_lines(decode_unicode=True) if line.startswith("data: ")]
+    expected = [dict(event) for event in events]
+    expected[0] = {**expected[0], "message": {**expected[0]["message"], "model": "claude-chat"}}
+    assert [json.loads(line.removeprefix("data: ")) for line in lines] == expected
+    # And as the SDK reads it.
+    with client.messages.stream(model="claude-chat", max_tokens=2048, messages=HELLO,
+                                thinking={"type": "enabled", "budget_tokens": 1024}) as stream:
+        final = stream.get_final_message()
+    assert [block.type for block in final.content] == ["thinking", "text"]
+    assert final.content[0].signature == THINKING["signature"] and final.content[1].text == "Hello"
+    first, _ = claude_model.posts()
+    assert first.body == {**body, "model": "claude-sonnet-4-5"}
+    assert credits_of(key) == 98 and mismatches() == []
+    assert [(event.input_tokens, event.output_tokens) for event in UsageEvent.objects.all()] == [(5, 2), (5, 2)]
+
+
+def test_what_only_anthropic_takes_skips_a_pools_other_deployments(sdk, claude, upstream, monkeypatch):
+    """A pool of an openai deployment first and an anthropic one after it: a request with top_k goes to the
+    anthropic one; the openai one is never called."""
+    client, key = sdk
+    monkeypatch.setenv(UPSTREAM_KEY_ENV, UPSTREAM_SECRET)
+    monkeypatch.setenv(ANTHROPIC_KEY_ENV, ANTHROPIC_KEY)
+    serve("mixed-chat", [(add_provider("oa", upstream.base_url), "gpt-x", 1),
+                         (add_anthropic("anthropic", claude), "claude-sonnet-4-5", 2)])
+    claude.answer(answer("From Claude"))
+    for _ in range(3):
+        reply = client.messages.create(model="mixed-chat", max_tokens=64, messages=HELLO, extra_body={"top_k": 3})
+        assert reply.content[0].text == "From Claude"
+    assert len(claude.posts()) == 3 and upstream.calls == []
+    assert credits_of(key) == 97 and mismatches() == []
 
 
 def test_a_stream_from_an_openai_deployment_reads_as_anthropics_events(sdk, openai_model):

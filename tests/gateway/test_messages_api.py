@@ -337,6 +337,17 @@ def test_past_the_keys_rpm_is_a_rate_limit_error(live_server, openai_model, make
     assert limited.value.response.headers["retry-after"]
 
 
+def test_count_tokens_counts_against_the_keys_rpm(live_server, claude_model, make_key):
+    _, secret = make_key(credits=100, max_credits=100, rpm=2)
+    with anthropic.Anthropic(base_url=live_server.url, api_key=secret, max_retries=0) as client:
+        for _ in range(2):
+            assert client.messages.count_tokens(model="claude-chat", messages=HELLO).input_tokens > 0
+        with pytest.raises(anthropic.RateLimitError) as limited:
+            client.messages.count_tokens(model="claude-chat", messages=HELLO)
+    assert limited.value.body["error"]["type"] == "rate_limit_error"
+    assert limited.value.response.headers["retry-after"]
+
+
 def test_an_upstream_that_fails_is_a_502_api_error_that_costs_nothing(sdk, openai_model):
     client, key = sdk
     openai_model.fail_all(500)

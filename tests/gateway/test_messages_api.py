@@ -19,6 +19,7 @@ from tests.gateway.anthropic_fake import (  # noqa: F401 (fixtures)
     ANTHROPIC_KEY_ENV,
     answer,
     claude,
+    start_event,
     stream_error,
     stream_events,
     usage,
@@ -31,6 +32,7 @@ from tests.gateway.conftest import (
     chunk,
     usage_chunk,
 )
+from tests.gateway.fake_servers import DROP, Gate
 from tests.gateway.test_anthropic_gateway import add_anthropic, serve
 
 WEATHER = {"name": "get_weather", "description": "The weather in a city",
@@ -162,6 +164,37 @@ def test_a_stream_from_an_anthropic_deployment_is_relayed_event_for_event(sdk, c
     assert first.body == {**body, "model": "claude-sonnet-4-5"}
     assert credits_of(key) == 98 and mismatches() == []
     assert [(event.input_tokens, event.output_tokens) for event in UsageEvent.objects.all()] == [(5, 2), (5, 2)]
+
+
+def test_a_passed_through_stream_reaches_the_client_while_the_model_is_still_thinking(sdk, claude_model):
+    """Thinking is output: its first delta is the stream's commit point, so the client reads it while the
+    provider still holds the rest, and a stream that breaks off after it is charged."""
+    client, key = sdk
+    gate = Gate()
+    claude_model.stream(
+        start_event(usage(5, 2)),
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Hm."}},
+        gate, DROP)
+    body = {"model": "claude-chat", "max_tokens": 2048, "messages": HELLO, "stream": True,
+            "thinking": {"type": "enabled", "budget_tokens": 1024}}
+    with requests.post(f"{str(client.base_url).rstrip('/')}/v1/messages", json=body, stream=True, timeout=30,
+                       headers={"x-api-key": client.api_key}) as response:
+        assert response.status_code == 200
+        # A byte at a time: the test server ends the body by closing, so a larger read would wait for the end.
+        lines = response.iter_lines(chunk_size=1, decode_unicode=True)
+        seen = []
+        for line in lines:
+            if line.startswith("data: "):
+                seen.append(json.loads(line.removeprefix("data: ")))
+                if seen[-1]["type"] == "content_block_delta":
+                    break
+        assert seen[-1]["delta"] == {"type": "thinking_delta", "thinking": "Hm."}
+        gate.open()  # the thinking reached the client while Anthropic was still holding the rest
+        rest = [json.loads(line.removeprefix("data: ")) for line in lines if line.startswith("data: ")]
+    assert rest[-1]["type"] == "error", rest
+    assert gate.opened_in_time, rest
+    assert credits_of(key) == 99 and mismatches() == []
 
 
 def test_what_only_anthropic_takes_skips_a_pools_other_deployments(sdk, claude, upstream, monkeypatch):

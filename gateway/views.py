@@ -190,8 +190,9 @@ class MessagesView(MeteredView):
         return super().validate(messages.chat_params(body))
 
     def operate(self, request, params, sent):
+        beta = messages.beta_header(request.META.get("HTTP_ANTHROPIC_BETA", ""))
         return services.chat_completion(request=request, key=request.user, params=params,
-                                        dialect=messages.AnthropicDialect(self.anthropic_body))
+                                        dialect=messages.AnthropicDialect(self.anthropic_body, beta=beta))
 
 
 @extend_schema_view(post=extend_schema(

@@ -197,6 +197,41 @@ def test_a_passed_through_stream_reaches_the_client_while_the_model_is_still_thi
     assert credits_of(key) == 99 and mismatches() == []
 
 
+def test_a_member_this_gateway_does_not_know_and_the_beta_header_reach_an_anthropic_deployment(sdk, claude_model):
+    """Anthropic's API grows: a newer member (context_management, with the beta that enables it) is passed
+    through to an anthropic deployment as it came, header included, rather than refused."""
+    client, key = sdk
+    management = {"edits": [{"type": "clear_tool_uses_20250919"}]}
+    reply = client.messages.create(model="claude-chat", max_tokens=64, messages=HELLO,
+                                   extra_body={"context_management": management},
+                                   extra_headers={"anthropic-beta": "context-management-2025-06-27"})
+    assert reply.content[0].text == "Hello from Claude"
+    [call] = claude_model.posts()
+    assert call.problems == [] and call.body["context_management"] == management
+    assert call.headers["anthropic-beta"] == "context-management-2025-06-27"
+    assert call.headers["x-api-key"] == ANTHROPIC_KEY
+    charged_once(key, "anthropic")
+
+
+def test_a_member_only_anthropic_takes_is_refused_by_name_for_another_type_and_costs_nothing(sdk, openai_model):
+    client, key = sdk
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        client.messages.create(model="gpt-chat", max_tokens=64, messages=HELLO,
+                               extra_body={"context_management": {"edits": []}})
+    assert refused.value.body["error"]["type"] == "invalid_request_error"
+    assert "context_management" in refused.value.body["error"]["message"]
+    assert openai_model.calls == [] and credits_of(key) == 100 and mismatches() == []
+
+
+@pytest.mark.parametrize("beta", ["a b", "x" * 101, "ok,<script>"])
+def test_an_anthropic_beta_header_that_is_not_a_list_of_names_is_a_400(client, claude_model, free_key, beta):
+    key, secret = free_key
+    response = client.post("/v1/messages", json.dumps({"model": "claude-chat", "max_tokens": 5, "messages": HELLO}),
+                           content_type="application/json", HTTP_X_API_KEY=secret, HTTP_ANTHROPIC_BETA=beta)
+    assert response.status_code == 400 and "anthropic-beta" in response.json()["error"]["message"]
+    assert claude_model.posts() == [] and credits_of(key) == 100
+
+
 def test_what_only_anthropic_takes_skips_a_pools_other_deployments(sdk, claude, upstream, monkeypatch):
     """A pool of an openai deployment first and an anthropic one after it: a request with top_k goes to the
     anthropic one; the openai one is never called."""

@@ -12,6 +12,7 @@ events reach the client as they came; the translation then only feeds the meteri
 What translates and what is refused is listed in docs/providers.md.
 """
 import json
+import re
 import uuid
 
 from rest_framework.response import Response
@@ -30,6 +31,19 @@ STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_
 REQUEST_MEMBERS = {"model", "messages", "max_tokens", "system", "stop_sequences", "temperature", "top_p", "top_k",
                    "tools", "tool_choice", "stream", "metadata", "thinking", "service_tier"}
 COUNT_MEMBERS = {"model", "messages", "system", "tools", "tool_choice", "thinking"}
+
+
+# The anthropic-beta header a client may send (comma-separated feature names), passed on as it is.
+BETA = re.compile(r"[A-Za-z0-9._-]{1,100}(?:\s*,\s*[A-Za-z0-9._-]{1,100}){0,31}")
+
+
+def beta_header(value: str) -> str:
+    """The client's anthropic-beta header if it is a list of feature names, else a 400 naming it."""
+    value = value.strip()
+    if value and not BETA.fullmatch(value):
+        raise InvalidRequest("anthropic-beta: must be a comma-separated list of beta feature names.",
+                             param="anthropic-beta")
+    return value
 
 
 # ---------------------------------------------------------------- errors
@@ -68,7 +82,9 @@ def _unsupported(param: str, why: str) -> UnsupportedParameter:
 def chat_params(body: dict, *, counting: bool = False) -> dict:
     """The OpenAI-shaped chat request for an Anthropic Messages request (validated again, as every chat
     request is, by gateway.serializers.ChatCompletionRequest)."""
-    unknown = sorted(set(body) - (COUNT_MEMBERS if counting else REQUEST_MEMBERS))
+    # A member this gateway does not know is passed through to an anthropic deployment (Anthropic's API
+    # grows new ones: AnthropicDialect) and refused by name by any other; count_tokens knows its own.
+    unknown = sorted(set(body) - COUNT_MEMBERS) if counting else []
     if unknown:
         raise InvalidRequest(f"{unknown[0]}: Extra inputs are not permitted.", code="unknown_parameter",
                              param=unknown[0])
@@ -113,7 +129,8 @@ def chat_params(body: dict, *, counting: bool = False) -> dict:
 def anthropic_only(body: dict) -> dict[str, str]:
     """The members of a Messages request only an anthropic deployment can honour (it gets the request as
     it came), each with why another refuses it: such a request skips every other deployment of its pool."""
-    found = {}
+    found = {name: "this member of Anthropic's API reaches the model's anthropic deployments only."
+             for name in sorted(set(body) - REQUEST_MEMBERS)}
     if body.get("top_k") is not None:
         found["top_k"] = "only the model's anthropic deployments take top_k; this one takes temperature and top_p."
     thinking = body.get("thinking")
@@ -293,19 +310,21 @@ class AnthropicDialect(ChatDialect):
     """A Messages request (``body``, as the client sent it): passed through as it is to an anthropic
     deployment, translated for any other; the answer in Anthropic's shapes either way."""
 
-    def __init__(self, body: dict | None = None):
+    def __init__(self, body: dict | None = None, *, beta: str = ""):
         self.body = body or {}
         self.anthropic_only = anthropic_only(self.body)
+        # The client's anthropic-beta header goes with the request it concerns, to anthropic deployments.
+        self.headers = {"anthropic-beta": beta} if beta else {}
 
     def complete(self, client, payload: dict) -> dict:
         if getattr(client, "passes_through", False):
-            return client.messages(self.body)
+            return client.messages(self.body, headers=self.headers)
         self.refuse_anthropic_only()
         return client.chat(payload)
 
     def stream(self, client, payload: dict):
         if getattr(client, "passes_through", False):
-            return client.messages_stream(self.body)
+            return client.messages_stream(self.body, headers=self.headers)
         self.refuse_anthropic_only()
         return client.chat_stream(payload)
 

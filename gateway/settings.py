@@ -210,7 +210,8 @@ CORS_ALLOWED_ORIGINS = [] if CORS_ALLOW_ALL_ORIGINS else env_list("CORS_ALLOWED_
 CORS_URLS_REGEX = r"^/(v1|utils)/.*$"
 # Preflights allow the headers clients send: the library's defaults (authorization, content-type…),
 # the gateway's own, and those of Anthropic's API.
-CORS_ALLOW_HEADERS = (*cors_default_headers, "idempotency-key", "x-request-id", "x-api-key", "anthropic-version")
+CORS_ALLOW_HEADERS = (*cors_default_headers, "idempotency-key", "x-request-id", "x-api-key", "anthropic-version",
+                      "anthropic-beta")
 CORS_EXPOSE_HEADERS = [
     "X-Remaining-Credits",
     "X-RateLimit-Limit-Requests",

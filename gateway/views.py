@@ -190,19 +190,24 @@ class MessagesView(MeteredView):
         return super().validate(messages.chat_params(body))
 
     def operate(self, request, params, sent):
+        beta = messages.beta_header(request.META.get("HTTP_ANTHROPIC_BETA", ""))
         return services.chat_completion(request=request, key=request.user, params=params,
-                                        dialect=messages.AnthropicDialect(self.anthropic_body))
+                                        dialect=messages.AnthropicDialect(self.anthropic_body, beta=beta))
 
 
 @extend_schema_view(post=extend_schema(
     operation_id="count_message_tokens", tags=["models"], summary="Anthropic Messages API: count input tokens",
     description="`{\"input_tokens\": N}` from the gateway's own estimate of the request's input; free of "
-                "charge, but the key must be valid and allowed the model.",
+                "charge, but the key must be valid and allowed the model, and the request counts against its "
+                "rpm and rph.",
     request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT, **ANTHROPIC_ERRORS},
 ))
 class CountTokensView(APIView):
+    """Free of charge, but a request like any other to the key's rpm and rph (no charge, no ledger row)."""
+
     authentication_classes = [BearerKeyAuthentication]
     permission_classes = [HasApiKey]
+    throttle_classes = [KeyRequestLimits]
     content_negotiation_class = JsonNegotiation
 
     def get_exception_handler(self):

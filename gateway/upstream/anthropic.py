@@ -86,17 +86,20 @@ class AnthropicAdapter(HttpAdapter):
 
     passes_through = True
 
-    def messages(self, body: dict) -> dict:
-        """A Messages request as the client sent it, under the deployment's model name. The answer is its
-        chat translation, for the metering, with Anthropic's message itself under PASSED_THROUGH."""
+    def messages(self, body: dict, *, headers: dict | None = None) -> dict:
+        """A Messages request as the client sent it, under the deployment's model name (``headers``: the
+        client's own that go with it, anthropic-beta). The answer is its chat translation, for the
+        metering, with Anthropic's message itself under PASSED_THROUGH."""
+        self.transport.headers.update(headers or {})
         message = self.transport.post_json(MESSAGES_PATH, {**body, "model": self.upstream_model, "stream": False})
         answer = completion(message, model=self.upstream_model, malformed=self.transport.malformed)
         answer[PASSED_THROUGH] = message
         return answer
 
-    def messages_stream(self, body: dict) -> ChunkStream:
+    def messages_stream(self, body: dict, *, headers: dict | None = None) -> ChunkStream:
         """The stream of a Messages request sent as it came: every event of Anthropic's under PASSED_THROUGH,
         in a chunk that translates it (empty for the events that say nothing to the metering)."""
+        self.transport.headers.update(headers or {})
         events = self.transport.stream(MESSAGES_PATH, {**body, "model": self.upstream_model, "stream": True})
         return ChunkStream(self._chunks(events, usage=True, passed_through=True), events.close)
 

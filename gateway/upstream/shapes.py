@@ -68,7 +68,12 @@ PASSED_THROUGH = "passed_through"
 
 
 def commits(chunk: dict) -> bool:
-    """Whether a chat chunk carries output: content, a tool call, a refusal or a finish reason."""
+    """Whether a chat chunk carries output: content, a tool call, a refusal or a finish reason; for a
+    stream passed through as the provider sent it, any content block's delta (thinking included: the
+    client sees it, and the provider bills it as output)."""
+    passed = chunk.get(PASSED_THROUGH)
+    if isinstance(passed, dict) and passed.get("type") == "content_block_delta":
+        return True
     for choice in chunk.get("choices") or ():
         if not isinstance(choice, dict):
             continue

@@ -19,6 +19,7 @@ from tests.gateway.anthropic_fake import (  # noqa: F401 (fixtures)
     ANTHROPIC_KEY_ENV,
     answer,
     claude,
+    start_event,
     stream_error,
     stream_events,
     usage,
@@ -31,6 +32,7 @@ from tests.gateway.conftest import (
     chunk,
     usage_chunk,
 )
+from tests.gateway.fake_servers import DROP, Gate
 from tests.gateway.test_anthropic_gateway import add_anthropic, serve
 
 WEATHER = {"name": "get_weather", "description": "The weather in a city",
@@ -162,6 +164,72 @@ def test_a_stream_from_an_anthropic_deployment_is_relayed_event_for_event(sdk, c
     assert first.body == {**body, "model": "claude-sonnet-4-5"}
     assert credits_of(key) == 98 and mismatches() == []
     assert [(event.input_tokens, event.output_tokens) for event in UsageEvent.objects.all()] == [(5, 2), (5, 2)]
+
+
+def test_a_passed_through_stream_reaches_the_client_while_the_model_is_still_thinking(sdk, claude_model):
+    """Thinking is output: its first delta is the stream's commit point, so the client reads it while the
+    provider still holds the rest, and a stream that breaks off after it is charged."""
+    client, key = sdk
+    gate = Gate()
+    claude_model.stream(
+        start_event(usage(5, 2)),
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Hm."}},
+        gate, DROP)
+    body = {"model": "claude-chat", "max_tokens": 2048, "messages": HELLO, "stream": True,
+            "thinking": {"type": "enabled", "budget_tokens": 1024}}
+    with requests.post(f"{str(client.base_url).rstrip('/')}/v1/messages", json=body, stream=True, timeout=30,
+                       headers={"x-api-key": client.api_key}) as response:
+        assert response.status_code == 200
+        # A byte at a time: the test server ends the body by closing, so a larger read would wait for the end.
+        lines = response.iter_lines(chunk_size=1, decode_unicode=True)
+        seen = []
+        for line in lines:
+            if line.startswith("data: "):
+                seen.append(json.loads(line.removeprefix("data: ")))
+                if seen[-1]["type"] == "content_block_delta":
+                    break
+        assert seen[-1]["delta"] == {"type": "thinking_delta", "thinking": "Hm."}
+        gate.open()  # the thinking reached the client while Anthropic was still holding the rest
+        rest = [json.loads(line.removeprefix("data: ")) for line in lines if line.startswith("data: ")]
+    assert rest[-1]["type"] == "error", rest
+    assert gate.opened_in_time, rest
+    assert credits_of(key) == 99 and mismatches() == []
+
+
+def test_a_member_this_gateway_does_not_know_and_the_beta_header_reach_an_anthropic_deployment(sdk, claude_model):
+    """Anthropic's API grows: a newer member (context_management, with the beta that enables it) is passed
+    through to an anthropic deployment as it came, header included, rather than refused."""
+    client, key = sdk
+    management = {"edits": [{"type": "clear_tool_uses_20250919"}]}
+    reply = client.messages.create(model="claude-chat", max_tokens=64, messages=HELLO,
+                                   extra_body={"context_management": management},
+                                   extra_headers={"anthropic-beta": "context-management-2025-06-27"})
+    assert reply.content[0].text == "Hello from Claude"
+    [call] = claude_model.posts()
+    assert call.problems == [] and call.body["context_management"] == management
+    assert call.headers["anthropic-beta"] == "context-management-2025-06-27"
+    assert call.headers["x-api-key"] == ANTHROPIC_KEY
+    charged_once(key, "anthropic")
+
+
+def test_a_member_only_anthropic_takes_is_refused_by_name_for_another_type_and_costs_nothing(sdk, openai_model):
+    client, key = sdk
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        client.messages.create(model="gpt-chat", max_tokens=64, messages=HELLO,
+                               extra_body={"context_management": {"edits": []}})
+    assert refused.value.body["error"]["type"] == "invalid_request_error"
+    assert "context_management" in refused.value.body["error"]["message"]
+    assert openai_model.calls == [] and credits_of(key) == 100 and mismatches() == []
+
+
+@pytest.mark.parametrize("beta", ["a b", "x" * 101, "ok,<script>"])
+def test_an_anthropic_beta_header_that_is_not_a_list_of_names_is_a_400(client, claude_model, free_key, beta):
+    key, secret = free_key
+    response = client.post("/v1/messages", json.dumps({"model": "claude-chat", "max_tokens": 5, "messages": HELLO}),
+                           content_type="application/json", HTTP_X_API_KEY=secret, HTTP_ANTHROPIC_BETA=beta)
+    assert response.status_code == 400 and "anthropic-beta" in response.json()["error"]["message"]
+    assert claude_model.posts() == [] and credits_of(key) == 100
 
 
 def test_what_only_anthropic_takes_skips_a_pools_other_deployments(sdk, claude, upstream, monkeypatch):
@@ -333,6 +401,17 @@ def test_past_the_keys_rpm_is_a_rate_limit_error(live_server, openai_model, make
         client.messages.create(model="gpt-chat", max_tokens=64, messages=HELLO)
         with pytest.raises(anthropic.RateLimitError) as limited:
             client.messages.create(model="gpt-chat", max_tokens=64, messages=HELLO)
+    assert limited.value.body["error"]["type"] == "rate_limit_error"
+    assert limited.value.response.headers["retry-after"]
+
+
+def test_count_tokens_counts_against_the_keys_rpm(live_server, claude_model, make_key):
+    _, secret = make_key(credits=100, max_credits=100, rpm=2)
+    with anthropic.Anthropic(base_url=live_server.url, api_key=secret, max_retries=0) as client:
+        for _ in range(2):
+            assert client.messages.count_tokens(model="claude-chat", messages=HELLO).input_tokens > 0
+        with pytest.raises(anthropic.RateLimitError) as limited:
+            client.messages.count_tokens(model="claude-chat", messages=HELLO)
     assert limited.value.body["error"]["type"] == "rate_limit_error"
     assert limited.value.response.headers["retry-after"]
 

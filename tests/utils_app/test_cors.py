@@ -36,7 +36,7 @@ def test_every_v1_operation_answers_a_preflight_allowing_authorization(client, m
 
 @pytest.mark.parametrize("path, method", [("/v1/chat/completions", "POST"), ("/v1/models", "GET")])
 def test_a_preflight_allows_every_header_the_contract_names(client, path, method):
-    sent = "authorization, content-type, idempotency-key, x-request-id, x-api-key, anthropic-version"
+    sent = "authorization, content-type, idempotency-key, x-request-id, x-api-key, anthropic-version, anthropic-beta"
     response = preflight(client, path, method, headers=sent)
 
     assert response.status_code == 200

@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import openai
 import pytest
 import requests
 from django.db import connection
 
-from keys.models import TIERS
+from keys.ledger import mismatches
+from keys.models import TIERS, ApiKey, LedgerEntry
 from models_catalog import catalog
-from models_catalog.models import AiModel, Deployment, Provider
+from models_catalog.models import AiModel, Deployment, Provider, UsageEvent
 from tests.conftest import bearer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -340,6 +342,38 @@ def add_models(provider: Provider, *, prefix: str = "fake", fallbacks=(), cost: 
 # The shipped catalog gives local-image and local-speech only to the paid tiers (docs/catalog.md); a
 # test that runs every local model uses a key of the first of them.
 LOCAL_TIER = "augmented"
+
+
+def serve(model_id: str, members: list, *, type: str = "chat") -> AiModel:
+    """A model served by (provider, upstream model, priority) deployments."""
+    model = AiModel.objects.create(model_id=model_id, type=type, owned_by="test", cost=1, tiers=["free"])
+    for provider, upstream_model, priority in members:
+        Deployment.objects.create(model=model, provider=provider, secret_env=provider.api_key_env,
+                                  upstream_model=upstream_model, priority=priority)
+    catalog.invalidate()
+    return model
+
+
+@pytest.fixture
+def sdk(live_server, free_key):
+    """The openai SDK on a live server, with a free key of 100 credits: (client, key)."""
+    key, secret = free_key
+    with openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=secret, max_retries=0, timeout=30) as client:
+        yield client, key
+
+
+def credits_of(key) -> int:
+    return ApiKey.objects.get(pk=key.pk).credits
+
+
+def charged_once(key, provider: str, operation: str | None = None) -> UsageEvent:
+    """One completed charge of one credit by ``provider``, its usage row, and a ledger that reconciles."""
+    assert credits_of(key) == 99
+    charge = LedgerEntry.objects.get(kind="charge")
+    assert (charge.status, charge.provider) == ("completed", provider)
+    assert operation in (None, charge.operation)
+    assert mismatches() == []
+    return UsageEvent.objects.get(success=True)
 
 
 @pytest.fixture

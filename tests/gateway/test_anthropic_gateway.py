@@ -11,9 +11,7 @@ import pytest
 
 from gateway import probes, routing
 from keys.ledger import mismatches
-from keys.models import ApiKey, LedgerEntry
-from models_catalog import catalog
-from models_catalog.models import AiModel, Deployment, Provider, UsageEvent
+from models_catalog.models import Deployment, Provider, UsageEvent
 from tests.gateway.anthropic_fake import (  # noqa: F401 (fixtures)
     ANTHROPIC_KEY,
     ANTHROPIC_KEY_ENV,
@@ -27,7 +25,15 @@ from tests.gateway.anthropic_fake import (  # noqa: F401 (fixtures)
     tool_block,
     usage,
 )
-from tests.gateway.conftest import PNG_1X1, UPSTREAM_SECRET, chat_completion, closed_port_url
+from tests.gateway.conftest import (
+    PNG_1X1,
+    UPSTREAM_SECRET,
+    charged_once,
+    chat_completion,
+    closed_port_url,
+    credits_of,
+    serve,
+)
 from tests.gateway.fake_servers import DROP, Gate
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
@@ -43,41 +49,12 @@ def add_anthropic(name: str, fake, *, timeout: float = 5.0, max_tokens_default: 
                                    max_tokens_default=max_tokens_default)
 
 
-def serve(model_id: str, members: list) -> AiModel:
-    """A chat model served by (provider, upstream model, priority) deployments."""
-    model = AiModel.objects.create(model_id=model_id, type="chat", owned_by="test", cost=1, tiers=["free"])
-    for provider, upstream_model, priority in members:
-        Deployment.objects.create(model=model, provider=provider, secret_env=provider.api_key_env,
-                                  upstream_model=upstream_model, priority=priority)
-    catalog.invalidate()
-    return model
-
-
 @pytest.fixture
 def anthropic_provider(claude, monkeypatch, db):
     monkeypatch.setenv(ANTHROPIC_KEY_ENV, ANTHROPIC_KEY)
     provider = add_anthropic("anthropic", claude, max_tokens_default=777)
     serve("claude-chat", [(provider, "claude-sonnet-4-5", 1)])
     return provider
-
-
-@pytest.fixture
-def sdk(live_server, free_key):
-    key, secret = free_key
-    with openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=secret, max_retries=0, timeout=30) as client:
-        yield client, key
-
-
-def credits_of(key) -> int:
-    return ApiKey.objects.get(pk=key.pk).credits
-
-
-def charged_once(key, provider: str = "anthropic") -> UsageEvent:
-    assert credits_of(key) == 99
-    charge = LedgerEntry.objects.get(kind="charge")
-    assert (charge.status, charge.provider) == ("completed", provider)
-    assert mismatches() == []
-    return UsageEvent.objects.get(success=True)
 
 
 def sent(fake):
@@ -112,7 +89,7 @@ def test_a_chat_completion_is_translated_to_a_message_and_back(sdk, anthropic_pr
                      {"role": "assistant", "content": [{"type": "text", "text": "Hi! What can I do?"}]},
                      {"role": "user", "content": [{"type": "text", "text": "Greet me"}]}],
         "stop_sequences": ["END"], "metadata": {"user_id": "user-7"}}
-    event = charged_once(key)
+    event = charged_once(key, "anthropic")
     assert (event.input_tokens, event.output_tokens, event.cached_tokens) == (42, 6, 30)
 
 
@@ -140,7 +117,7 @@ def test_a_streamed_chat_is_relayed_event_by_event_with_usage_and_cached_tokens(
     assert rest[-1].choices == [] and rest[-1].usage.prompt_tokens == 25
     assert rest[-1].usage.prompt_tokens_details.cached_tokens == 20
     assert sent(claude).body["stream"] is True
-    event = charged_once(key)
+    event = charged_once(key, "anthropic")
     assert (event.input_tokens, event.output_tokens, event.cached_tokens) == (25, 3, 20)
 
 
@@ -217,7 +194,7 @@ def test_images_by_data_url_and_https_url_reach_anthropic_as_sources(sdk, anthro
         {"type": "text", "text": "Compare these."},
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}},
         {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}}]
-    charged_once(key)
+    charged_once(key, "anthropic")
 
 
 @pytest.mark.parametrize("extra, param", [({"n": 2}, "n"), ({"logprobs": True}, "logprobs"), ({"seed": 3}, "seed"),

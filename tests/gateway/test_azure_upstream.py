@@ -17,9 +17,9 @@ import requests
 
 from gateway import probes, routing
 from keys.ledger import mismatches
-from keys.models import ApiKey, LedgerEntry
+from keys.models import LedgerEntry
 from models_catalog import catalog
-from models_catalog.models import AiModel, Deployment, Provider, UsageEvent
+from models_catalog.models import Deployment, Provider, UsageEvent
 from models_catalog.provider_types import DEFAULT_AZURE_API_VERSION
 from tests.gateway.azure_fake import (  # noqa: F401 (the azure fixture)
     AZURE_KEY,
@@ -33,7 +33,7 @@ from tests.gateway.azure_fake import (  # noqa: F401 (the azure fixture)
     completion,
     stream_events,
 )
-from tests.gateway.conftest import closed_port_url
+from tests.gateway.conftest import closed_port_url, credits_of, serve
 from utils_app import metrics
 
 HELLO = [{"role": "user", "content": "Hello"}]
@@ -91,34 +91,13 @@ def add_azure(name: str, fake: FakeAzure | None, *, api_version: str = "", timeo
                                    api_version=api_version, timeout=timeout)
 
 
-def serve(model_id: str, operation: str, members: list) -> AiModel:
-    """A model served by (provider, Azure deployment name, priority) deployments."""
-    model = AiModel.objects.create(model_id=model_id, type=operation, owned_by="test", cost=1, tiers=["free"])
-    for provider, upstream_model, priority in members:
-        Deployment.objects.create(model=model, provider=provider, secret_env=provider.api_key_env,
-                                  upstream_model=upstream_model, priority=priority)
-    catalog.invalidate()
-    return model
-
-
 @pytest.fixture
 def resource(azure, monkeypatch, db):
     monkeypatch.setenv(AZURE_KEY_ENV, AZURE_KEY)
     provider = add_azure("azure-eu", azure)
     for operation, (model_id, deployment) in MODELS.items():
-        serve(model_id, operation, [(provider, deployment, 1)])
+        serve(model_id, [(provider, deployment, 1)], type=operation)
     return provider
-
-
-@pytest.fixture
-def sdk(live_server, free_key):
-    key, secret = free_key
-    with openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=secret, max_retries=0, timeout=30) as client:
-        yield client, key
-
-
-def credits_of(key) -> int:
-    return ApiKey.objects.get(pk=key.pk).credits
 
 
 def secret_placed(call) -> None:
@@ -209,8 +188,7 @@ def test_a_refused_key_disables_the_azure_deployment_and_the_next_one_answers(sd
     try:
         azure.fail(401, UNAUTHORIZED)
         other.script("chat", Reply(body=completion("from the other region")))
-        serve("az-chat", "chat", [(add_azure("azure-eu", azure), "chat-dep", 1),
-                                  (add_azure("azure-us", other), "chat-dep", 2)])
+        serve("az-chat", [(add_azure("azure-eu", azure), "chat-dep", 1), (add_azure("azure-us", other), "chat-dep", 2)])
         with caplog.at_level(logging.INFO):
             answer = client.chat.completions.create(model="az-chat", messages=HELLO)
             client.chat.completions.create(model="az-chat", messages=HELLO)
@@ -231,8 +209,7 @@ def test_an_azure_429_cools_the_deployment_for_its_retry_after(sdk, azure, monke
     try:
         azure.fail(429, azure_error("429", "Rate limit is exceeded. Try again in 37 seconds."),
                    {"Retry-After": "37", "retry-after-ms": "37000"})
-        serve("az-chat", "chat", [(add_azure("azure-eu", azure), "chat-dep", 1),
-                                  (add_azure("azure-us", other), "chat-dep", 2)])
+        serve("az-chat", [(add_azure("azure-eu", azure), "chat-dep", 1), (add_azure("azure-us", other), "chat-dep", 2)])
         for _ in range(2):
             assert client.chat.completions.create(model="az-chat", messages=HELLO).choices[0].message.content
     finally:
@@ -263,9 +240,9 @@ def test_the_secret_is_in_no_url_error_log_line_or_metric_with_a_resource_that_r
     sdk_client, key = sdk
     monkeypatch.setenv(AZURE_KEY_ENV, AZURE_KEY)
     azure.fail(401, azure_error("401", f"Access denied for key {AZURE_KEY} at {azure.endpoint}/openai"))
-    serve("refusing", "chat", [(add_azure("refusing", azure), "chat-dep", 1)])
-    serve("refusing-streamed", "chat", [(add_azure("refusing-streamed", azure), "chat-dep", 1)])
-    serve("down", "chat", [(add_azure("down", None), "chat-dep", 1)])
+    serve("refusing", [(add_azure("refusing", azure), "chat-dep", 1)])
+    serve("refusing-streamed", [(add_azure("refusing-streamed", azure), "chat-dep", 1)])
+    serve("down", [(add_azure("down", None), "chat-dep", 1)])
     down_url = Provider.objects.get(name="down").base_url
     bodies = []
     with caplog.at_level(logging.DEBUG, logger="gateway"), caplog.at_level(logging.INFO):

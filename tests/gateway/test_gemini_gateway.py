@@ -12,10 +12,17 @@ import pytest
 
 from gateway import probes, routing
 from keys.ledger import mismatches
-from keys.models import ApiKey, LedgerEntry
-from models_catalog import catalog
-from models_catalog.models import AiModel, Deployment, Provider, UsageEvent
-from tests.gateway.conftest import PNG_1X1, UPSTREAM_SECRET, chat_completion, closed_port_url
+from keys.models import LedgerEntry
+from models_catalog.models import Deployment, Provider, UsageEvent
+from tests.gateway.conftest import (
+    PNG_1X1,
+    UPSTREAM_SECRET,
+    charged_once,
+    chat_completion,
+    closed_port_url,
+    credits_of,
+    serve,
+)
 from tests.gateway.fake_servers import DROP, Gate
 from tests.gateway.gemini_fake import (  # noqa: F401 (fixtures)
     GEMINI_KEY,
@@ -48,16 +55,6 @@ def add_gemini(name: str, fake, *, timeout: float = 5.0, api_key_env: str = GEMI
                                    api_key_env=api_key_env, timeout=timeout)
 
 
-def serve(model_id: str, members: list, *, type: str = "chat") -> AiModel:
-    """A model served by (provider, upstream model, priority) deployments."""
-    model = AiModel.objects.create(model_id=model_id, type=type, owned_by="test", cost=1, tiers=["free"])
-    for provider, upstream_model, priority in members:
-        Deployment.objects.create(model=model, provider=provider, secret_env=provider.api_key_env,
-                                  upstream_model=upstream_model, priority=priority)
-    catalog.invalidate()
-    return model
-
-
 @pytest.fixture
 def google(gemini, monkeypatch, db):
     monkeypatch.setenv(GEMINI_KEY_ENV, GEMINI_KEY)
@@ -65,26 +62,6 @@ def google(gemini, monkeypatch, db):
     serve("gem-chat", [(provider, "gemini-2.5-flash", 1)])
     serve("gem-embed", [(provider, "text-embedding-004", 1)], type="embedding")
     return provider
-
-
-@pytest.fixture
-def sdk(live_server, free_key):
-    key, secret = free_key
-    with openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=secret, max_retries=0, timeout=30) as client:
-        yield client, key
-
-
-def credits_of(key) -> int:
-    return ApiKey.objects.get(pk=key.pk).credits
-
-
-def charged_once(key, provider: str = "google") -> UsageEvent:
-    """One completed charge of one credit, its usage row, and a ledger that reconciles."""
-    assert credits_of(key) == 99
-    charge = LedgerEntry.objects.get(kind="charge")
-    assert (charge.status, charge.provider) == ("completed", provider)
-    assert mismatches() == []
-    return UsageEvent.objects.get(success=True)
 
 
 def sent(fake, method: str = "generateContent"):
@@ -115,7 +92,7 @@ def test_a_chat_completion_is_translated_to_generate_content_and_back(sdk, googl
                          "systemInstruction": {"parts": [{"text": "Answer in French."}]},
                          "generationConfig": {"temperature": 0.2, "topP": 0.9, "seed": 4, "maxOutputTokens": 50,
                                               "stopSequences": ["END"]}}
-    event = charged_once(key)
+    event = charged_once(key, "google")
     assert (event.input_tokens, event.output_tokens, event.cached_tokens) == (40, 16, 32)
 
 
@@ -137,7 +114,7 @@ def test_a_streamed_chat_is_relayed_event_by_event_with_usage_and_cached_tokens(
     assert rest[-1].usage.prompt_tokens_details.cached_tokens == 20
     call = sent(gemini, "streamGenerateContent")
     assert call.query == {"alt": ["sse"]}
-    event = charged_once(key)
+    event = charged_once(key, "google")
     assert (event.input_tokens, event.output_tokens, event.cached_tokens) == (25, 3, 20)
 
 
@@ -146,7 +123,7 @@ def test_a_stream_without_include_usage_gets_no_usage_chunk_but_is_still_metered
     chunks = list(client.chat.completions.create(model="gem-chat", messages=HELLO, stream=True))
     assert "".join(chunk.choices[0].delta.content or "" for chunk in chunks) == "Hello from Gemini"
     assert all(chunk.choices for chunk in chunks)
-    event = charged_once(key)
+    event = charged_once(key, "google")
     assert (event.input_tokens, event.output_tokens) == (11, 5)  # the fake's usage, asked for on our account
 
 
@@ -233,7 +210,7 @@ def test_images_by_data_url_and_by_url_reach_gemini_inline(sdk, google, gemini):
     assert sent(gemini).body["contents"][0]["parts"] == [
         {"text": "Compare these."}, {"inlineData": {"mimeType": "image/png", "data": png}},
         {"inlineData": {"mimeType": "image/png", "data": png}}]
-    charged_once(key)
+    charged_once(key, "google")
 
 
 def test_an_image_url_the_gateway_may_not_fetch_is_a_400_that_costs_nothing(sdk, google, gemini, upstream):

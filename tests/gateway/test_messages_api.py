@@ -12,7 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from keys.ledger import mismatches
-from keys.models import ApiKey, LedgerEntry
+from keys.models import LedgerEntry
 from models_catalog.models import UsageEvent
 from tests.gateway.anthropic_fake import (  # noqa: F401 (fixtures)
     ANTHROPIC_KEY,
@@ -24,16 +24,19 @@ from tests.gateway.anthropic_fake import (  # noqa: F401 (fixtures)
     stream_events,
     usage,
 )
+from tests.gateway import conftest
 from tests.gateway.conftest import (
     UPSTREAM_KEY_ENV,
     UPSTREAM_SECRET,
     add_provider,
     chat_completion,
     chunk,
+    credits_of,
+    serve,
     usage_chunk,
 )
 from tests.gateway.fake_servers import DROP, Gate
-from tests.gateway.test_anthropic_gateway import add_anthropic, serve
+from tests.gateway.test_anthropic_gateway import add_anthropic
 
 WEATHER = {"name": "get_weather", "description": "The weather in a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
@@ -61,16 +64,8 @@ def sdk(live_server, free_key):
         yield client, key
 
 
-def credits_of(key) -> int:
-    return ApiKey.objects.get(pk=key.pk).credits
-
-
 def charged_once(key, provider: str) -> UsageEvent:
-    assert credits_of(key) == 99
-    charge = LedgerEntry.objects.get(kind="charge")
-    assert (charge.status, charge.provider, charge.operation) == ("completed", provider, "chat")
-    assert mismatches() == []
-    return UsageEvent.objects.get(success=True)
+    return conftest.charged_once(key, provider, "chat")
 
 
 # ---------------------------------------------------------------- served

@@ -32,7 +32,7 @@ on the cores inflates every CPU figure.
 A --source is another copy of the project (`git archive REV | tar -x -C DIR`, or a prototype:
 bench/prototypes/), served with this tree's virtualenv, each with its own database and Redis db;
 `,NAME=VALUE` after it adds environment variables for that gateway (`.` is the working tree), e.g.
-`--source /tmp/base . .,ACCESS_LOG=/dev/null`. The provider types side by side:
+`--source BASE . .,ACCESS_LOG=/dev/null`. The provider types side by side:
 `--catalog bench/catalog_types.toml --models bench-chat bench-chat-azure bench-chat-gemini
 bench-chat-anthropic` (each model a row of its own, answered by nginx in its type's protocol). Gateways run with the production settings: no access line
 unless a `,ACCESS_LOG=` names one (the summary line is the access line).

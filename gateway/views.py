@@ -77,14 +77,34 @@ def respond(outcome: services.Outcome):
     return response
 
 
-class MeteredView(APIView):
-    """Authenticate, count the request against the key's limits (a DRF throttle runs right after
-    authentication), then validate and run the operation, or replay an Idempotency-Key retry."""
+class KeyLimitedView(APIView):
+    """A view for keys: authenticated, counted against the key's limits (a DRF throttle runs right
+    after authentication), and answered with the key's balance and limits in headers."""
 
     authentication_classes = [BearerKeyAuthentication]
     permission_classes = [HasApiKey]
     throttle_classes = [KeyRequestLimits]
     content_negotiation_class = JsonNegotiation
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        # Refusals before the charge (400, 403, 404…) still tell an authenticated client its balance
+        # and its limits. The key as authentication left it: touching request.user after a refused
+        # key would run the lookup again.
+        key = getattr(request, "_user", None)
+        if isinstance(key, ApiKey) and "X-Remaining-Credits" not in response:
+            response["X-Remaining-Credits"] = str(key.credits)
+        state = getattr(request, "limit_state", None)
+        if state is not None and "X-RateLimit-Limit-Requests" not in response:
+            for name, value in state.headers().items():
+                response[name] = value
+        return response
+
+
+class MeteredView(KeyLimitedView):
+    """Count the request against the key's limits, then validate and run the operation, or replay an
+    Idempotency-Key retry."""
+
     request_serializer: type[StrictSerializer]
 
     def shared_reads(self, request) -> list:
@@ -118,20 +138,6 @@ class MeteredView(APIView):
 
     def operate(self, request, params: dict, sent: set) -> services.Outcome:
         raise NotImplementedError
-
-    def finalize_response(self, request, response, *args, **kwargs):
-        response = super().finalize_response(request, response, *args, **kwargs)
-        # Refusals before the charge (400, 403, 404…) still tell an authenticated client its balance
-        # and its limits. The key as authentication left it: touching request.user after a refused
-        # key would run the lookup again.
-        key = getattr(request, "_user", None)
-        if isinstance(key, ApiKey) and "X-Remaining-Credits" not in response:
-            response["X-Remaining-Credits"] = str(key.credits)
-        state = getattr(request, "limit_state", None)
-        if state is not None and "X-RateLimit-Limit-Requests" not in response:
-            for name, value in state.headers().items():
-                response[name] = value
-        return response
 
 
 @extend_schema_view(post=extend_schema(
@@ -202,13 +208,8 @@ class MessagesView(MeteredView):
                 "rpm and rph.",
     request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT, **ANTHROPIC_ERRORS},
 ))
-class CountTokensView(APIView):
+class CountTokensView(KeyLimitedView):
     """Free of charge, but a request like any other to the key's rpm and rph (no charge, no ledger row)."""
-
-    authentication_classes = [BearerKeyAuthentication]
-    permission_classes = [HasApiKey]
-    throttle_classes = [KeyRequestLimits]
-    content_negotiation_class = JsonNegotiation
 
     def get_exception_handler(self):
         return messages.exception_handler

@@ -411,6 +411,15 @@ def test_count_tokens_counts_against_the_keys_rpm(live_server, claude_model, mak
     assert limited.value.response.headers["retry-after"]
 
 
+def test_count_tokens_answers_with_the_keys_balance_and_limits_in_headers(client, claude_model, make_key):
+    _, secret = make_key(credits=40, max_credits=100, rpm=5)
+    response = client.post("/v1/messages/count_tokens", json.dumps({"model": "claude-chat", "messages": HELLO}),
+                           content_type="application/json", HTTP_X_API_KEY=secret)
+    assert response.status_code == 200 and response.json()["input_tokens"] > 0
+    assert response["X-Remaining-Credits"] == "40"
+    assert (response["X-RateLimit-Limit-Requests"], response["X-RateLimit-Remaining-Requests"]) == ("5", "4")
+
+
 def test_an_upstream_that_fails_is_a_502_api_error_that_costs_nothing(sdk, openai_model):
     client, key = sdk
     openai_model.fail_all(500)

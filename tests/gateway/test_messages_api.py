@@ -4,8 +4,10 @@ deployment (translated both ways) or an anthropic-type one (through its adapter)
 chat completion: one charge, its ledger row, its usage row, Idempotency-Key, limits, and errors in
 Anthropic's shape with section 4's statuses."""
 import json
+import logging
 
 import anthropic
+import openai
 import pytest
 import requests
 from django.db import connection
@@ -13,12 +15,13 @@ from django.test.utils import CaptureQueriesContext
 
 from keys.ledger import mismatches
 from keys.models import LedgerEntry
-from models_catalog.models import UsageEvent
+from models_catalog.models import Deployment, Provider, UsageEvent
 from tests.gateway.anthropic_fake import (  # noqa: F401 (fixtures)
     ANTHROPIC_KEY,
     ANTHROPIC_KEY_ENV,
     answer,
     claude,
+    error_body,
     start_event,
     stream_error,
     stream_events,
@@ -37,6 +40,7 @@ from tests.gateway.conftest import (
 )
 from tests.gateway.fake_servers import DROP, Gate
 from tests.gateway.test_anthropic_gateway import add_anthropic
+from utils_app import metrics
 
 WEATHER = {"name": "get_weather", "description": "The weather in a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
@@ -545,3 +549,41 @@ def test_a_model_the_tier_may_not_use_is_a_permission_error(live_server, openai_
         with pytest.raises(anthropic.PermissionDeniedError):
             client.messages.count_tokens(model="gpt-chat", messages=HELLO)
     assert openai_model.posts() == []
+
+
+def test_the_key_is_in_no_answer_log_line_metric_or_row_with_an_anthropic_upstream_that_refuses_it_or_is_down(
+        live_server, claude, free_key, monkeypatch, caplog, settings, client):
+    """Both client protocols (openai's translated, Anthropic's passed through), plain and streamed."""
+    settings.METRICS_TOKEN = "metrics-token-0123456789"
+    metrics.reset()
+    key, secret = free_key
+    monkeypatch.setenv(ANTHROPIC_KEY_ENV, ANTHROPIC_KEY)
+    claude.fail(401, error_body("authentication_error", f"invalid x-api-key {ANTHROPIC_KEY} at {claude.base_url}"))
+    for name in ("refusing", "refusing-b", "refusing-c", "refusing-d"):
+        serve(name, [(add_anthropic(name, claude), "claude-sonnet-4-5", 1)])
+    serve("down", [(add_anthropic("down", None), "claude-sonnet-4-5", 1)])
+    down_url = Provider.objects.get(name="down").base_url
+    answers = []
+    with caplog.at_level(logging.DEBUG, logger="gateway"), caplog.at_level(logging.INFO), \
+            openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=secret, max_retries=0) as oai, \
+            anthropic.Anthropic(base_url=live_server.url, api_key=secret, max_retries=0) as claude_sdk:
+        for model, stream in [("refusing", False), ("refusing-b", True), ("down", False), ("down", True)]:
+            with pytest.raises(openai.APIStatusError) as failed:
+                result = oai.chat.completions.create(model=model, messages=HELLO, stream=stream)
+                list(result) if stream else None
+            assert failed.value.status_code == 502
+            answers.append(json.dumps(failed.value.body))
+        for model, stream in [("refusing-c", False), ("refusing-d", True), ("down", False), ("down", True)]:
+            with pytest.raises(anthropic.APIStatusError) as refused:
+                result = claude_sdk.messages.create(model=model, max_tokens=16, messages=HELLO, stream=stream)
+                list(result) if stream else None
+            assert refused.value.status_code == 502
+            answers.append(json.dumps(refused.value.body))
+    assert len(claude.calls) == 4  # each refusing deployment once, then disabled
+    scrape = client.get("/metrics", HTTP_AUTHORIZATION="Bearer metrics-token-0123456789").content.decode()
+    rows = json.dumps([list(UsageEvent.objects.values()), list(Deployment.objects.values()),
+                       list(LedgerEntry.objects.values())], default=str)
+    for text in (*answers, caplog.text, scrape, rows):
+        assert ANTHROPIC_KEY not in text and claude.base_url not in text and down_url not in text
+    assert Deployment.objects.filter(disabled_at__isnull=False).count() == 4
+    assert credits_of(key) == 100 and mismatches() == []

@@ -7,13 +7,16 @@ proves each returns what the plain path returns):
   DRF deep-copying them for every instance. Relies on Serializer.fields, get_fields and
   BindingDict, which DRF does not promise to keep.
 - ScriptedRedisCache.run_script: a Lua script in one round trip through the Redis client
-  of Django's cache (Django's RedisCache._cache is private), with other commands pipelined
+  of Django's cache (Django's RedisCache._cache is private), with other commands sent
   beside it, so both request windows of a key are counted, and the routing's health read,
-  with one network call on the cache's connection pool.
+  with one network call; ``round_trip`` sends them on a connection of its own, without
+  redis-py's pipeline and pool bookkeeping.
 
 Earlier shortcuts (a compiled key lookup, a prepared usage INSERT, a one-round-trip incr
 and a cached redis-py client) were removed once the request path no longer used them.
 """
+import hashlib
+import os
 import threading
 
 from django.core.cache.backends.redis import RedisCache
@@ -87,15 +90,57 @@ class SharedFields:
 # connection (connect, HELLO) and loaded the script again before its one round trip (about 0.9 ms of
 # CPU a request; docs/performance.md). A redis-py client is safe to share between threads and greenlets.
 _clients_lock = threading.Lock()
-_clients: dict[tuple, tuple] = {}  # servers -> (Django's RedisCacheClient, its redis.Redis for writes)
+_clients: dict[tuple, "_Shared"] = {}  # servers -> this process's client and idle round-trip connections
 _scripts: dict[str, str] = {}  # Lua source -> its SHA1, known to the server after the first call
+
+# Idle connections kept for round trips: as many as requests of one process wait on Redis at once, at most.
+IDLE_CONNECTIONS = 64
+
+
+class _Shared:
+    """Django's cache client for the servers, its redis.Redis for writes, and the round trips' idle connections."""
+
+    def __init__(self, client, redis_client):
+        self.client = client
+        self.redis = redis_client
+        self.idle: list = []
+        self.pid = os.getpid()
+
+    def take(self):
+        """(an idle connection, True), or (a new one, not yet connected, False)."""
+        if self.pid != os.getpid():  # a forked child: the parent's sockets are not its own
+            self.idle, self.pid = [], os.getpid()
+        try:
+            return self.idle.pop(), True
+        except IndexError:
+            pool = self.redis.connection_pool
+            return pool.connection_class(**pool.connection_kwargs), False
+
+    def give_back(self, connection) -> None:
+        if len(self.idle) < IDLE_CONNECTIONS and connection.pid == self.pid:
+            self.idle.append(connection)
+        else:
+            connection.disconnect()
+
+
+def _read_replies(connection, count: int) -> list:
+    """``count`` replies in order; an error reply is returned in its place (it was read whole)."""
+    from redis.exceptions import ResponseError
+
+    replies = []
+    for _ in range(count):
+        try:
+            replies.append(connection.read_response())
+        except ResponseError as error:
+            replies.append(error)
+    return replies
 
 
 class ScriptedRedisCache(RedisCache):
-    """Django's Redis cache on one client per process, plus Lua scripts run in one round trip with other
-    commands beside them."""
+    """Django's Redis cache on one client per process, plus commands sent in one round trip (a Lua script
+    with other commands beside it)."""
 
-    def _shared(self) -> tuple:
+    def _shared(self) -> _Shared:
         key = tuple(self._servers)
         found = _clients.get(key)
         if found is None:
@@ -103,43 +148,71 @@ class ScriptedRedisCache(RedisCache):
                 found = _clients.get(key)
                 if found is None:
                     client = self._class(self._servers, **self._options)
-                    found = _clients[key] = (client, client.get_client(write=True))
+                    found = _clients[key] = _Shared(client, client.get_client(write=True))
         return found
 
     @property
     def _cache(self):
         # Replaces RedisCache's cached_property: every cache object of the process shares one client.
-        return self._shared()[0]
+        return self._shared().client
 
     def client_for_write(self):
-        return self._shared()[1]
+        return self._shared().redis
 
-    def run_script(self, source: str, *, keys: list[str], args: list, then=None) -> tuple:
-        """Run a Lua script and, in the same round trip, the commands ``then(pipeline)`` adds.
+    def round_trip(self, commands: list[tuple]) -> list:
+        """Send ``commands`` (each a tuple of the command's words) in one write on one connection and read
+        their replies in order, unconverted; an error reply is returned in its place, as an exception.
+
+        redis-py's pipeline does the same with bookkeeping the request path does not need: a health
+        check of the connection at each checkout (a poll of its socket), a retry object, the pool's
+        connection-count metrics and response callbacks (0.1 ms a round trip; docs/performance.md).
+        Here a connection is used by one round trip at a time and given back only after every reply
+        was read; any failure disconnects it. An idle connection the server closed meanwhile (a
+        restart) fails on its first use with a connection error: it is dropped and the round trip
+        goes on the next one, ending at latest on a new connection (whose failure is raised). The
+        server never read a round trip sent on a closed connection, so none runs twice. A timeout
+        is not retried: the server may have run the commands.
+        """
+        from redis.exceptions import ConnectionError as RedisConnectionError
+
+        shared = self._shared()
+        while True:
+            connection, reused = shared.take()
+            try:
+                connection.send_packed_command(connection.pack_commands(commands), check_health=False)
+                replies = _read_replies(connection, len(commands))
+            except RedisConnectionError:
+                connection.disconnect()
+                if reused:
+                    continue  # a new connection next: the loop ends at the first one
+                raise
+            except BaseException:  # a timeout, a killed greenlet: replies may be left unread on it
+                connection.disconnect()
+                raise
+            shared.give_back(connection)
+            return replies
+
+    def run_script(self, source: str, *, keys: list[str], args: list, commands: list[tuple] = ()) -> tuple:
+        """Run a Lua script and, in the same round trip, ``commands`` (as ``round_trip`` takes them).
 
         Returns (the script's answer, the replies of the other commands). ``keys`` must come
         from make_key(). The script goes by its SHA; a server that does not know it (a restart,
         SCRIPT FLUSH) gets it loaded and run once more, alone: a second round trip that only
-        happens then. The other commands ran once either way.
+        happens then. The other commands ran once either way; an error reply to one of them is raised.
         """
         from redis.exceptions import NoScriptError
 
-        client = self.client_for_write()
         sha = _scripts.get(source)
         if sha is None:
-            sha = _scripts[source] = client.script_load(source)
-        pipe = client.pipeline(transaction=False)
-        pipe.evalsha(sha, len(keys), *keys, *args)
-        if then is not None:
-            then(pipe)
-        replies = pipe.execute(raise_on_error=False)
+            sha = _scripts[source] = hashlib.sha1(source.encode()).hexdigest()
+        call = (len(keys), *keys, *args)
+        replies = self.round_trip([("EVALSHA", sha, *call), *commands])
         answer, rest = replies[0], replies[1:]
         for reply in rest:
             if isinstance(reply, Exception):
                 raise reply
         if isinstance(answer, NoScriptError):
-            _scripts[source] = sha = client.script_load(source)
-            answer = client.evalsha(sha, len(keys), *keys, *args)
-        elif isinstance(answer, Exception):
+            answer = self.round_trip([("EVAL", source, *call)])[0]
+        if isinstance(answer, Exception):
             raise answer
         return answer, rest

@@ -69,36 +69,41 @@ def key(name: str) -> str:
 
 # ---------------------------------------------------------------- Redis
 
-def queue(pipe, ops: list[Op]) -> None:
-    """Add the ops' commands to a Redis pipeline (non-transactional: one round trip, not atomic)."""
+def commands(ops: list[Op]) -> list[tuple]:
+    """The ops' Redis commands, for one round trip (utils_app.fastpath: not atomic)."""
+    sent = []
     for op in ops:
         name = key(op.name)
         if op.kind == "get":
-            pipe.get(name)
+            sent.append(("GET", name))
         elif op.kind == "hmget":
-            pipe.hmget(name, list(op.args[0]))
+            sent.append(("HMGET", name, *op.args[0]))
         elif op.kind == "hgetall":
-            pipe.hgetall(name)
+            sent.append(("HGETALL", name))
         elif op.kind == "incr":
             # SET NX with the expiry first, so a counter can never be left without one.
-            pipe.set(name, 0, ex=op.args[0], nx=True)
-            pipe.incr(name)
+            sent.append(("SET", name, 0, "EX", op.args[0], "NX"))
+            sent.append(("INCRBY", name, 1))
         elif op.kind == "hincrby":
             amounts, ttl = op.args
-            for field, amount in amounts:
-                pipe.hincrby(name, field, amount)
-            pipe.expire(name, ttl)
+            sent.extend(("HINCRBY", name, field, amount) for field, amount in amounts)
+            sent.append(("EXPIRE", name, ttl))
         elif op.kind == "set":
             value, ttl = op.args
-            pipe.set(name, value, px=max(1, int(ttl * 1000)))
+            sent.append(("SET", name, value, "PX", max(1, int(ttl * 1000))))
         elif op.kind == "delete":
-            pipe.delete(name)
+            sent.append(("DEL", name))
         else:
             raise ValueError(f"unknown op {op.kind!r}")
+    return sent
 
 
 def answers(ops: list[Op], replies: list) -> list:
-    """Each op's answer from the pipeline's replies (several replies for some ops)."""
+    """Each op's answer from the round trip's replies, in the order of ``commands(ops)`` (several replies
+    for some ops); an error reply is raised."""
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
     found, at = [], 0
     for op in ops:
         if op.kind == "incr":
@@ -117,6 +122,8 @@ def _text(reply, kind: str):
     if kind == "hmget":
         return [_decode(value) for value in reply]
     if kind == "hgetall":
+        if isinstance(reply, list):  # RESP2 answers a hash as a flat list of names and values
+            reply = dict(zip(reply[::2], reply[1::2]))
         return {_decode(name): _decode(value) for name, value in (reply or {}).items()}
     if kind == "get":
         return _decode(reply)
@@ -194,9 +201,7 @@ def run(ops: list[Op]) -> list | None:
     if not settings.SHARED_CACHE:
         return memory.run(ops)
     try:
-        pipe = cache.client_for_write().pipeline(transaction=False)
-        queue(pipe, ops)
-        return answers(ops, pipe.execute())
+        return answers(ops, cache.round_trip(commands(ops)))
     except Exception as exc:  # an outage of the shared cache must never fail a request
         warn_unreachable(exc)
         return None

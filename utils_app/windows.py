@@ -116,8 +116,7 @@ def count_and_read(name: str, periods: tuple[int, ...], read: str | None = None,
             args.append(default)
         also = list(also)
         try:
-            counts, replies = cache.run_script(_INCREMENT_ALL, keys=keys, args=args,
-                                               then=(lambda pipe: shared.queue(pipe, also)) if also else None)
+            counts, replies = cache.run_script(_INCREMENT_ALL, keys=keys, args=args, commands=shared.commands(also))
         except Exception as exc:  # a cache outage must never refuse service: limits fail open
             shared.warn_unreachable(exc)
             return None

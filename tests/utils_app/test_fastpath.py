@@ -71,11 +71,11 @@ def test_run_script_answers_as_the_same_script_sent_with_plain_eval():
         assert plain.eval(source, 2, *keys, 2, 3) == [6, 9]
         assert [int(plain.get(key)) for key in keys] == [6, 9]
         # Other commands ride in the same round trip, after the script.
-        answer, rest = cache.run_script(source, keys=keys, args=[1, 1], then=lambda pipe: pipe.get(keys[0]))
+        answer, rest = cache.run_script(source, keys=keys, args=[1, 1], commands=[("GET", keys[0])])
         assert answer == [7, 10] and rest == [b"7"]
         # A server that lost the script (a restart) gets it again; the other commands ran once.
         plain.script_flush()
-        answer, rest = cache.run_script(source, keys=keys, args=[1, 1], then=lambda pipe: pipe.incr(keys[1]))
+        answer, rest = cache.run_script(source, keys=keys, args=[1, 1], commands=[("INCRBY", keys[1], 1)])
         assert answer == [8, 12] and rest == [11]
     finally:
         plain.delete(*keys)
@@ -104,3 +104,54 @@ def test_every_context_of_the_process_shares_one_redis_client():
         thread.join()
     assert len({id(own) for own, _, _ in seen}) == 3  # a cache object per context, as Django keeps them
     assert len({id(client) for _, client, _ in seen}) == 1 and len({id(redis) for _, _, redis in seen}) == 1
+
+
+@pytest.mark.skipif(not settings.CACHES["default"]["BACKEND"].endswith(".ScriptedRedisCache"),
+                    reason="needs REDIS_URL (the Redis cache); runs in .ci/run")
+def test_round_trips_reuse_their_connection_and_get_past_one_the_server_closed():
+    import redis
+    from redis.exceptions import ResponseError
+
+    name = cache.make_key("fastpath:trips")
+    plain = redis.Redis.from_url(settings.CACHES["default"]["LOCATION"])
+    try:
+        plain.delete(name)
+        assert cache.round_trip([("INCRBY", name, 1)]) == [1]  # warm: this thread's connection exists now
+        before = plain.info("stats")["total_connections_received"]
+        for count in range(2, 12):
+            assert cache.round_trip([("INCRBY", name, 1), ("GET", name)]) == [count, str(count).encode()]
+        assert plain.info("stats")["total_connections_received"] == before  # no new connection
+        # An error reply comes back in its place; the connection stays usable.
+        replies = cache.round_trip([("HGETALL", name), ("INCRBY", name, 1)])
+        assert isinstance(replies[0], ResponseError) and replies[1] == 12
+        # The server ends every other client (a restart does as much): the next round trip still runs, once.
+        plain.client_kill_filter(skipme=True)
+        assert cache.round_trip([("INCRBY", name, 1)]) == [13]
+        assert int(plain.get(name)) == 13
+    finally:
+        plain.delete(name)
+        plain.close()
+
+
+@pytest.mark.skipif(not settings.CACHES["default"]["BACKEND"].endswith(".ScriptedRedisCache"),
+                    reason="needs REDIS_URL (the Redis cache); runs in .ci/run")
+def test_a_round_trip_that_fails_midway_never_gives_its_connection_back(monkeypatch):
+    from utils_app import fastpath
+
+    name = cache.make_key("fastpath:broken")
+    cache.round_trip([("DEL", name)])
+    shared = cache._shared()
+    idle_before = list(shared.idle)
+
+    def cut_off(self, *args, **kwargs):
+        raise KeyboardInterrupt  # what a killed greenlet or a signal looks like: after the send, before a reply
+
+    monkeypatch.setattr(type(idle_before[-1]), "read_response", cut_off)
+    with pytest.raises(KeyboardInterrupt):
+        cache.round_trip([("INCRBY", name, 1)])
+    monkeypatch.undo()
+    taken = idle_before[-1]
+    assert taken not in shared.idle and not taken.is_connected  # its reply may still be on the wire: dropped
+    assert cache.round_trip([("GET", name)]) == [b"1"]  # the next one reads its own reply, not the lost one
+    cache.round_trip([("DEL", name)])
+    assert fastpath.IDLE_CONNECTIONS >= len(shared.idle)

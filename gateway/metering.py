@@ -97,7 +97,12 @@ def _now():
 
 
 def _cursor():
-    """On PostgreSQL, a cursor that sends the parameters apart from the statement (utils_app.postgresql)."""
+    """On PostgreSQL, a cursor that sends the parameters apart from the statement (utils_app.postgresql).
+
+    Outside a transaction the two statements of the success path run alone on a pooled connection
+    instead (``run_alone``): the same statement, parameters and preparing, without Django's
+    connection wrapper around each; this cursor serves a transaction (an Idempotency-Key's claim,
+    a test's) and SQLite."""
     return connection.server_bound_cursor() if connection.vendor == "postgresql" else connection.cursor()
 
 
@@ -143,6 +148,8 @@ def _take_with_claim(params: dict, *, key: ApiKey, idempotency: Idempotency | No
 
 
 def _take(params: dict):
+    if connection.vendor == "postgresql" and connection.can_run_alone():
+        return connection.run_alone(CHARGE_POSTGRES, params)[0]
     with _cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(CHARGE_POSTGRES, params)
@@ -202,6 +209,8 @@ def complete(*, entry: int, key: ApiKey, model: AiModel, operation: str, provide
               "input_tokens": input_tokens, "output_tokens": output_tokens, "cached_tokens": cached_tokens,
               "latency_ms": min(latency_ms, MAX_LATENCY_MS),
               "now": _now(), "status": status, "success": success, "deployment": deployment}
+    if connection.vendor == "postgresql" and connection.can_run_alone():
+        return connection.run_alone(COMPLETE_POSTGRES, params)[1] == 1
     with _cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(COMPLETE_POSTGRES, params)

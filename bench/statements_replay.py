@@ -13,14 +13,15 @@ written (pg_current_wal_lsn before and after); at the end the share of HOT updat
 
 Variants, each on its own database migrated by the working tree:
 
-- as is: the statements as the request path sends them today (not prepared);
-- prepared: the same connection with psycopg's prepare_threshold 0, so each statement is parsed
-  and planned once per connection (protocol-level prepared statements);
-- ledger HOT: no index names a column the settlement changes (ledger_pending_time dropped) and the
-  ledger's pages keep a tenth free (fillfactor 90), so the settlement's UPDATE can be HOT;
-- ledger HOT + prepared;
+- as is: the statements as the request path sends them today (prepared: psycopg's
+  prepare_threshold 0, so each statement is parsed and planned once per connection);
+- not prepared: the same, parsed and planned at every execution;
+- no foreign-key checks: the ledger's and the usage table's foreign keys to the key and the
+  model dropped, so no referential-integrity trigger runs at commit (each is a query that
+  locks the referenced row, FOR KEY SHARE);
 - no rollup trigger: the usage rollups' trigger disabled. Measurement only: without it the rollup
-  tables would no longer follow the usage events.
+  tables would no longer follow the usage events;
+- neither: both of the last two.
 """
 from __future__ import annotations
 
@@ -41,16 +42,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
 VARIANTS = {
-    "as is": {"database": "as_is", "prepare": False},
-    "prepared": {"database": "as_is", "prepare": True},
-    "ledger HOT": {"database": "hot", "prepare": False},
-    "ledger HOT + prepared": {"database": "hot", "prepare": True},
-    "no rollup trigger": {"database": "no_rollups", "prepare": False},
+    "as is": {"database": "as_is", "prepare": True},
+    "not prepared": {"database": "as_is", "prepare": False},
+    "no foreign-key checks": {"database": "no_fk", "prepare": True},
+    "no rollup trigger": {"database": "no_rollups", "prepare": True},
+    "neither": {"database": "neither", "prepare": True},
 }
+# The foreign keys from the ledger and the usage events to the keys and the models, whatever Django named them.
+_DROP_FOREIGN_KEYS = """DO $$DECLARE found record; BEGIN
+FOR found IN SELECT conrelid::regclass AS tab, conname FROM pg_constraint WHERE contype = 'f'
+    AND conrelid IN ('keys_ledgerentry'::regclass, 'models_catalog_usageevent'::regclass)
+    AND confrelid IN ('keys_apikey'::regclass, 'models_catalog_aimodel'::regclass)
+LOOP EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', found.tab, found.conname); END LOOP; END$$"""
+_NO_ROLLUPS = "ALTER TABLE models_catalog_usageevent DISABLE TRIGGER usage_rollups"
 SETUP = {
     "as_is": [],
-    "hot": ["DROP INDEX ledger_pending_time", "ALTER TABLE keys_ledgerentry SET (fillfactor = 90)"],
-    "no_rollups": ["ALTER TABLE models_catalog_usageevent DISABLE TRIGGER usage_rollups"],
+    "no_fk": [_DROP_FOREIGN_KEYS],
+    "no_rollups": [_NO_ROLLUPS],
+    "neither": [_DROP_FOREIGN_KEYS, _NO_ROLLUPS],
 }
 STATEMENTS = ("import json, django; django.setup(); from gateway import metering; "
               "print(json.dumps([metering.CHARGE_POSTGRES, metering.COMPLETE_POSTGRES]))")

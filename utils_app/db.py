@@ -20,9 +20,7 @@ import time
 from contextlib import contextmanager
 from typing import NamedTuple
 
-from gevent.monkey import get_original
-
-_poll, _POLLIN = get_original("select", ["poll", "POLLIN"])
+from utils_app.sockets import readable_now
 
 # As long as SQLite's own busy timeout (utils_app.env); past it the write goes ahead and
 # SQLite decides, as it did without this lock.
@@ -58,9 +56,7 @@ def ended_by_server(conn) -> bool:
     """
     if conn.closed:
         return True
-    poller = _poll()
-    poller.register(conn.fileno(), _POLLIN)
-    return bool(poller.poll(0))
+    return readable_now(conn.fileno())
 
 
 def release_connection(connection) -> None:

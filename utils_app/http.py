@@ -34,8 +34,11 @@ import requests
 from requests.adapters import HTTPAdapter
 from requests.structures import CaseInsensitiveDict
 from urllib3 import Timeout as Urllib3Timeout
+from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError, ProtocolError, ReadTimeoutError, SSLError
 from urllib3.exceptions import HTTPError as Urllib3Error
+
+from utils_app.sockets import readable_now
 
 
 USER_AGENT = "model-gateway/1.0"
@@ -109,6 +112,7 @@ class Upstreams:
             prepared = requests.Request("POST", url).prepare()
             pool = adapter.get_connection_with_tls_context(prepared, session.verify)
             adapter.cert_verify(pool, prepared.url, session.verify, None)
+            pool.ConnectionCls = _CHECKED_CHEAPLY.get(pool.ConnectionCls, pool.ConnectionCls)
             self._pools[origin] = pool
         return pool
 
@@ -124,6 +128,28 @@ class Upstreams:
         session.mount("http://", adapter)
         session.mount("https://", adapter)
         return session
+
+
+class _CheapCheck:
+    """urllib3's check, at each checkout, that the upstream has not closed a kept-alive connection,
+    asked of the kernel directly (utils_app.sockets): the same answer, without gevent's poll."""
+
+    @property
+    def is_connected(self) -> bool:
+        if self.sock is None:
+            return False
+        return not readable_now(self.sock.fileno())
+
+
+class _CheckedHTTPConnection(_CheapCheck, HTTPConnection):
+    pass
+
+
+class _CheckedHTTPSConnection(_CheapCheck, HTTPSConnection):
+    pass
+
+
+_CHECKED_CHEAPLY = {HTTPConnection: _CheckedHTTPConnection, HTTPSConnection: _CheckedHTTPSConnection}
 
 
 def timeouts(seconds: float, *, connect: float = CONNECT_SECONDS) -> tuple[float, float]:

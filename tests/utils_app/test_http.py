@@ -239,3 +239,25 @@ def test_a_compressed_json_object_is_read(upstream):
                                      b'{"a": "\xff"}', b"[" * 100000])
 def test_anything_but_a_json_object_is_none_never_an_exception(content):
     assert json_object(content) is None
+
+
+def test_a_kept_alive_connection_the_upstream_closed_is_told_apart_and_replaced(recording_server):
+    import socket
+    import time
+
+    base = recording_server.base
+    upstreams = Upstreams(pool_size=1)
+    with upstreams.post(base, f"{base}/chat", data="{}", headers={}, timeout=(1, 2)) as answer:
+        assert answer.raw.read() == b'{"ok": true}'
+    kept = upstreams._pool(base, f"{base}/chat").pool.queue[-1]  # given back, idle and open
+    assert type(kept).__name__ == "_CheckedHTTPConnection" and kept.is_connected
+    # The server ends it, as an upstream ends an idle keep-alive connection: told to by our half-close.
+    kept.sock.shutdown(socket.SHUT_WR)
+    for _ in range(200):
+        if not kept.is_connected:
+            break
+        time.sleep(0.01)
+    assert not kept.is_connected  # end of file waiting on its socket
+    with upstreams.post(base, f"{base}/chat", data="{}", headers={}, timeout=(1, 2)) as answer:
+        assert answer.raw.read() == b'{"ok": true}'
+    assert len({call["port"] for call in recording_server.seen}) == 2  # a new connection, not the ended one

@@ -35,6 +35,7 @@ import psycopg
 from django.db.backends.postgresql import base, operations
 
 from utils_app.db import ended_by_server, failure_cause, last_connect_failure, note_connect
+from utils_app.sockets import gevent_patched, wait_gevent
 
 ENDED_BY_SERVER = "ended by the server while idle in the pool (a restart or a terminated backend)"
 
@@ -43,6 +44,14 @@ class Connection(psycopg.Connection):
     """What the pool opens: a psycopg connection that records how each attempt to open one went."""
 
     closed_because = ""  # set when the gateway closes it for a reason the pool's warning should tell
+
+    def wait(self, gen, *args, **kwargs):
+        # Under gevent, each statement's wait on the server is one watcher on the hub instead of
+        # psycopg's poll loop through gevent's patched poll (utils_app.sockets); a wait with a
+        # deadline or an interval of its own keeps psycopg's.
+        if not args and kwargs.get("timeout") is None and gevent_patched():
+            return wait_gevent(gen, self.pgconn.socket)
+        return super().wait(gen, *args, **kwargs)
 
     @classmethod
     def connect(cls, *args, **kwargs):

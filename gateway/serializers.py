@@ -26,6 +26,7 @@ from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail, ValidationError
 
 from gateway.local_models import MAX_EMBEDDING_DIMENSIONS
+from utils_app.fastpath import GivenFieldsOnly
 from utils_app.serializers import (
     StrictBooleanField,
     StrictCharField,
@@ -111,7 +112,7 @@ class ToolCall(serializers.Serializer):
         return data if isinstance(data, dict) else validated
 
 
-class ChatMessage(serializers.Serializer):
+class ChatMessage(GivenFieldsOnly, serializers.Serializer):
     """One message. Members other than these are not forwarded (the SDK's message dumps carry extras).
 
     content may be null or left out only on an assistant message with tool_calls or a

@@ -21,7 +21,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail, ValidationError
 
-from utils_app.fastpath import SharedFields
+from utils_app.fastpath import GivenFieldsOnly, SharedFields
 
 # PostgreSQL bigint: a larger figure would fail in the database as a 500, not a 400.
 BIGINT_MIN = -(2**63)
@@ -163,7 +163,7 @@ def optional(field_class, **kwargs):
 
 # ---------------------------------------------------------------- the strict base
 
-class StrictSerializer(SharedFields, serializers.Serializer):
+class StrictSerializer(SharedFields, GivenFieldsOnly, serializers.Serializer):
     """A serializer that refuses members it does not declare (code unknown_parameter)."""
     # The docstring above is also the OpenAPI description of every subclass without its own.
 

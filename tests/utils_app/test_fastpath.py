@@ -3,7 +3,7 @@ import pytest
 from django.conf import settings
 from django.core.cache import cache, caches
 
-from gateway.serializers import ChatCompletionRequest, EmbeddingsRequest, ImageGenerationRequest
+from gateway.serializers import ChatCompletionRequest
 from utils_app.fastpath import ScriptedRedisCache
 
 PAYLOADS = [
@@ -21,22 +21,81 @@ PAYLOADS = [
     {"model": "m", "prompt": "a cat", "n": 2, "size": "256x256"},
     {"model": "m", "prompt": "a cat", "size": "huge"},
     [],
+    # Messages with members left out, given as null, misspelt, or wrong in several places at once.
+    {"model": "m", "messages": [{"role": "assistant", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"}], "tools": [
+        {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}], "tool_choice": "auto"},
+    {"model": "m", "messages": [{"role": "tool", "content": "x"}]},
+    {"model": "m", "messages": [{"role": "user"}]},
+    {"model": "m", "messages": [{"role": "user", "content": None, "name": None}]},
+    {"model": "m", "messages": [{"role": "wizard", "content": 3, "name": 7}], "temperature": 9, "n": 0,
+     "stop": 5},
+    {"model": 5, "messages": [{"content": "hi"}], "stream_options": {"include_usage": True}},
+    {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": False,
+     "stream_options": {"include_usage": True}},
+    {"model": "m", "input": ["a", "b"], "encoding_format": "float", "user": None},
+    {"model": "m", "input": "text", "speed": 2.0, "voice": "alloy"},
+    {"model": None, "input": None},
+    {},
 ]
 
 
 def _outcome(serializer_class, payload, **plain):
     serializer = serializer_class(data=payload, **plain)
     valid = serializer.is_valid()
-    return valid, (dict(serializer.validated_data) if valid else serializer.errors)
+    # Items, in order: the same members in the same order, the same errors in the same order.
+    return valid, _ordered(serializer.validated_data if valid else serializer.errors)
 
 
-@pytest.mark.parametrize("serializer_class", [ChatCompletionRequest, EmbeddingsRequest, ImageGenerationRequest])
+def _ordered(value):
+    if isinstance(value, dict):
+        return [(name, _ordered(item)) for name, item in value.items()]
+    if isinstance(value, list):
+        return [_ordered(item) for item in value]
+    return value, getattr(value, "code", None)
+
+
+def _request_serializers():
+    """Every StrictSerializer of the project (the request bodies of the API and the admin API)."""
+    import gateway.deployment_views  # noqa: F401 - defines some
+    import keys.serializers  # noqa: F401 - defines some
+    from utils_app.serializers import StrictSerializer
+
+    found, todo = [], [StrictSerializer]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            found.append(sub)
+            todo.append(sub)
+    return sorted(found, key=lambda cls: cls.__qualname__)
+
+
+@pytest.mark.parametrize("serializer_class", _request_serializers(), ids=lambda cls: cls.__qualname__)
 @pytest.mark.parametrize("payload", PAYLOADS)
-def test_shared_fields_validate_exactly_as_drfs_own_per_instance_fields(serializer_class, payload):
-    # A context makes SharedFields build the fields per instance, as plain DRF does.
+def test_shared_fields_and_given_fields_only_validate_exactly_as_drfs_own_path(serializer_class, payload):
+    # A context makes SharedFields build the fields per instance and GivenFieldsOnly visit every
+    # field, as plain DRF does.
     shared = _outcome(serializer_class, payload)
     plain = _outcome(serializer_class, payload, context={"plain": True})
     assert shared == plain
+
+
+def test_given_fields_only_visits_the_named_fields_and_those_acting_when_left_out(monkeypatch):
+    visited = []
+    fields = ChatCompletionRequest(data={}).fields
+    for field in fields.values():
+        original = field.run_validation
+
+        def recording(data, field=field, original=original):
+            visited.append(field.field_name)
+            return original(data)
+
+        monkeypatch.setattr(field, "run_validation", recording)
+    ChatCompletionRequest(data={"model": "m", "messages": [], "max_tokens": 3}).is_valid()
+    assert visited == ["model", "messages", "stream", "max_tokens"]  # stream: its default applies
+    visited.clear()
+    ChatCompletionRequest(data={"model": "m"}, context={"plain": True}).is_valid()
+    assert len(visited) == 0  # the plain path has fields of its own, unpatched
 
 
 def test_shared_fields_are_bound_once_per_class_and_plain_ones_per_instance():

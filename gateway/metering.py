@@ -96,16 +96,6 @@ def _now():
     return connection.ops.adapt_datetimefield_value(timezone.now())
 
 
-def _cursor():
-    """On PostgreSQL, a cursor that sends the parameters apart from the statement (utils_app.postgresql).
-
-    Outside a transaction the two statements of the success path run alone on a pooled connection
-    instead (``run_alone``): the same statement, parameters and preparing, without Django's
-    connection wrapper around each; this cursor serves a transaction (an Idempotency-Key's claim,
-    a test's) and SQLite."""
-    return connection.server_bound_cursor() if connection.vendor == "postgresql" else connection.cursor()
-
-
 def charge(*, key: ApiKey, model: AiModel, operation: str, amount: int, request_id: str,
            idempotency: Idempotency | None = None) -> int:
     """Take ``amount`` credits and write the pending charge row; returns the row's id.
@@ -148,12 +138,9 @@ def _take_with_claim(params: dict, *, key: ApiKey, idempotency: Idempotency | No
 
 
 def _take(params: dict):
-    if connection.vendor == "postgresql" and connection.can_run_alone():
-        return connection.run_alone(CHARGE_POSTGRES, params)[0]
-    with _cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(CHARGE_POSTGRES, params)
-            return cursor.fetchone()
+    if connection.vendor == "postgresql":  # parameters bound on the server (utils_app.postgresql)
+        return connection.run_one(CHARGE_POSTGRES, params)[0]
+    with connection.cursor() as cursor:
         cursor.execute(CHARGE_SQLITE[0], params)
         taken = cursor.fetchone()
         if taken is None:
@@ -209,12 +196,9 @@ def complete(*, entry: int, key: ApiKey, model: AiModel, operation: str, provide
               "input_tokens": input_tokens, "output_tokens": output_tokens, "cached_tokens": cached_tokens,
               "latency_ms": min(latency_ms, MAX_LATENCY_MS),
               "now": _now(), "status": status, "success": success, "deployment": deployment}
-    if connection.vendor == "postgresql" and connection.can_run_alone():
-        return connection.run_alone(COMPLETE_POSTGRES, params)[1] == 1
-    with _cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(COMPLETE_POSTGRES, params)
-            return cursor.rowcount == 1
+    if connection.vendor == "postgresql":
+        return connection.run_one(COMPLETE_POSTGRES, params)[1] == 1
+    with connection.cursor() as cursor:
         with one_writer_at_a_time(connection), transaction.atomic():
             cursor.execute(COMPLETE_SQLITE[0], params)
             settled = cursor.fetchone()

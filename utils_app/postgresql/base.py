@@ -144,6 +144,16 @@ class DatabaseWrapper(base.DatabaseWrapper):
             conn = getconn()
         return conn
 
+    def run_one(self, sql: str, params: dict) -> tuple[tuple | None, int]:
+        """Run one statement with its parameters bound on the server; (its first row or None, its row
+        count). Alone on a pooled connection when it can (``run_alone``), else on this wrapper's
+        connection through ``server_bound_cursor`` (a transaction's, a test's)."""
+        if self.can_run_alone():
+            return self.run_alone(sql, params)
+        with self.server_bound_cursor() as cursor:
+            cursor.execute(sql, params)
+            return (cursor.fetchone() if cursor.description is not None else None), cursor.rowcount
+
     def can_run_alone(self) -> bool:
         """Whether ``run_alone`` applies now: a pool, no connection held by this wrapper, no transaction
         and no execute wrapper (a test's) that must see the statement."""

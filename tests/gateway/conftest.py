@@ -376,6 +376,35 @@ def charged_once(key, provider: str, operation: str | None = None) -> UsageEvent
     return UsageEvent.objects.get(success=True)
 
 
+def failed_answers(sdk_client, attempts) -> list[str]:
+    """Each (model, stream) of ``attempts`` asked of the chat API through the openai SDK, which must fail
+    with 502 (a stream read to its end); the error bodies, as JSON."""
+    answers = []
+    for model, stream in attempts:
+        with pytest.raises(openai.APIStatusError) as failed:
+            result = sdk_client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hi"}],
+                                                        stream=stream)
+            if stream:
+                list(result)
+        assert failed.value.status_code == 502
+        answers.append(json.dumps(failed.value.body))
+    return answers
+
+
+def assert_told_nowhere(client, texts, *secrets: str) -> None:
+    """None of ``secrets`` (an upstream's key, its URLs) in ``texts`` (answers, the captured log), in
+    /metrics (``settings.METRICS_TOKEN`` must be set) or in any row the failures wrote."""
+    from django.conf import settings
+
+    scrape = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {settings.METRICS_TOKEN}")
+    assert scrape.status_code == 200
+    rows = json.dumps([list(UsageEvent.objects.values()), list(Deployment.objects.values()),
+                       list(LedgerEntry.objects.values())], default=str)
+    for text in (*texts, scrape.content.decode(), rows):
+        for secret in secrets:
+            assert secret not in text
+
+
 @pytest.fixture
 def local_key(make_key):
     """A key whose tier may use every local model of the shipped catalog, with 100 credits."""

@@ -17,7 +17,6 @@ import requests
 
 from gateway import probes, routing
 from keys.ledger import mismatches
-from keys.models import LedgerEntry
 from models_catalog import catalog
 from models_catalog.models import Deployment, Provider, UsageEvent
 from models_catalog.provider_types import DEFAULT_AZURE_API_VERSION
@@ -33,7 +32,7 @@ from tests.gateway.azure_fake import (  # noqa: F401 (the azure fixture)
     completion,
     stream_events,
 )
-from tests.gateway.conftest import closed_port_url, credits_of, serve
+from tests.gateway.conftest import assert_told_nowhere, closed_port_url, credits_of, failed_answers, serve
 from utils_app import metrics
 
 HELLO = [{"role": "user", "content": "Hello"}]
@@ -244,19 +243,10 @@ def test_the_secret_is_in_no_url_error_log_line_or_metric_with_a_resource_that_r
     serve("refusing-streamed", [(add_azure("refusing-streamed", azure), "chat-dep", 1)])
     serve("down", [(add_azure("down", None), "chat-dep", 1)])
     down_url = Provider.objects.get(name="down").base_url
-    bodies = []
     with caplog.at_level(logging.DEBUG, logger="gateway"), caplog.at_level(logging.INFO):
-        for model, stream in [("refusing", False), ("refusing-streamed", True), ("down", False), ("down", True)]:
-            with pytest.raises(openai.APIStatusError) as failed:
-                result = sdk_client.chat.completions.create(model=model, messages=HELLO, stream=stream)
-                list(result) if stream else None
-            assert failed.value.status_code == 502
-            bodies.append(json.dumps(failed.value.body))
-    scrape = client.get("/metrics", HTTP_AUTHORIZATION="Bearer metrics-token-0123456789").content.decode()
-    rows = json.dumps([list(UsageEvent.objects.values()), list(Deployment.objects.values()),
-                       list(LedgerEntry.objects.values())], default=str)
-    for text in (*bodies, caplog.text, scrape, rows):
-        assert AZURE_KEY not in text and azure.endpoint not in text and down_url not in text
+        bodies = failed_answers(sdk_client, [("refusing", False), ("refusing-streamed", True), ("down", False),
+                                             ("down", True)])
+    assert_told_nowhere(client, [*bodies, caplog.text], AZURE_KEY, azure.endpoint, down_url)
     for call in azure.calls:
         secret_placed(call)
     assert credits_of(key) == 100 and mismatches() == []

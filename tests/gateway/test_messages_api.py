@@ -32,9 +32,11 @@ from tests.gateway.conftest import (
     UPSTREAM_KEY_ENV,
     UPSTREAM_SECRET,
     add_provider,
+    assert_told_nowhere,
     chat_completion,
     chunk,
     credits_of,
+    failed_answers,
     serve,
     usage_chunk,
 )
@@ -563,16 +565,10 @@ def test_the_key_is_in_no_answer_log_line_metric_or_row_with_an_anthropic_upstre
         serve(name, [(add_anthropic(name, claude), "claude-sonnet-4-5", 1)])
     serve("down", [(add_anthropic("down", None), "claude-sonnet-4-5", 1)])
     down_url = Provider.objects.get(name="down").base_url
-    answers = []
     with caplog.at_level(logging.DEBUG, logger="gateway"), caplog.at_level(logging.INFO), \
             openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=secret, max_retries=0) as oai, \
             anthropic.Anthropic(base_url=live_server.url, api_key=secret, max_retries=0) as claude_sdk:
-        for model, stream in [("refusing", False), ("refusing-b", True), ("down", False), ("down", True)]:
-            with pytest.raises(openai.APIStatusError) as failed:
-                result = oai.chat.completions.create(model=model, messages=HELLO, stream=stream)
-                list(result) if stream else None
-            assert failed.value.status_code == 502
-            answers.append(json.dumps(failed.value.body))
+        answers = failed_answers(oai, [("refusing", False), ("refusing-b", True), ("down", False), ("down", True)])
         for model, stream in [("refusing-c", False), ("refusing-d", True), ("down", False), ("down", True)]:
             with pytest.raises(anthropic.APIStatusError) as refused:
                 result = claude_sdk.messages.create(model=model, max_tokens=16, messages=HELLO, stream=stream)
@@ -580,10 +576,6 @@ def test_the_key_is_in_no_answer_log_line_metric_or_row_with_an_anthropic_upstre
             assert refused.value.status_code == 502
             answers.append(json.dumps(refused.value.body))
     assert len(claude.calls) == 4  # each refusing deployment once, then disabled
-    scrape = client.get("/metrics", HTTP_AUTHORIZATION="Bearer metrics-token-0123456789").content.decode()
-    rows = json.dumps([list(UsageEvent.objects.values()), list(Deployment.objects.values()),
-                       list(LedgerEntry.objects.values())], default=str)
-    for text in (*answers, caplog.text, scrape, rows):
-        assert ANTHROPIC_KEY not in text and claude.base_url not in text and down_url not in text
+    assert_told_nowhere(client, [*answers, caplog.text], ANTHROPIC_KEY, claude.base_url, down_url)
     assert Deployment.objects.filter(disabled_at__isnull=False).count() == 4
     assert credits_of(key) == 100 and mismatches() == []

@@ -80,9 +80,9 @@ def test_inside_a_transaction_the_statements_go_through_djangos_connection(seede
     assert LedgerEntry.objects.get(pk=entry).status == "completed"
 
 
-def test_a_pooled_connection_the_server_ended_is_passed_over(seeded, free_key, checkouts):
+def test_a_pooled_connection_the_server_ended_is_passed_over(client, seeded, free_key, checkouts):
     key, secret = free_key
-    assert post(client_for(), PATH, BODY, secret).status_code == 200
+    assert post(client, PATH, BODY, secret).status_code == 200
     # End every other connection of this database, as a restart does to the pool's idle ones.
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
@@ -91,11 +91,5 @@ def test_a_pooled_connection_the_server_ended_is_passed_over(seeded, free_key, c
     release_connection(connection)  # this one goes back alive
     assert ended >= 1
     for _ in range(3):
-        assert post(client_for(), PATH, BODY, secret).status_code == 200
+        assert post(client, PATH, BODY, secret).status_code == 200
     assert ApiKey.objects.get(pk=key.pk).credits == 96
-
-
-def client_for():
-    from django.test import Client
-
-    return Client()

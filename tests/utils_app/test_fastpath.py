@@ -195,8 +195,6 @@ def test_round_trips_reuse_their_connection_and_get_past_one_the_server_closed()
 @pytest.mark.skipif(not settings.CACHES["default"]["BACKEND"].endswith(".ScriptedRedisCache"),
                     reason="needs REDIS_URL (the Redis cache); runs in .ci/run")
 def test_a_round_trip_that_fails_midway_never_gives_its_connection_back(monkeypatch):
-    from utils_app import fastpath
-
     name = cache.make_key("fastpath:broken")
     cache.round_trip([("DEL", name)])
     shared = cache._shared()
@@ -213,4 +211,3 @@ def test_a_round_trip_that_fails_midway_never_gives_its_connection_back(monkeypa
     assert taken not in shared.idle and not taken.is_connected  # its reply may still be on the wire: dropped
     assert cache.round_trip([("GET", name)]) == [b"1"]  # the next one reads its own reply, not the lost one
     cache.round_trip([("DEL", name)])
-    assert fastpath.IDLE_CONNECTIONS >= len(shared.idle)

@@ -93,3 +93,104 @@ def test_a_pooled_connection_the_server_ended_is_passed_over(client, seeded, fre
     for _ in range(3):
         assert post(client, PATH, BODY, secret).status_code == 200
     assert ApiKey.objects.get(pk=key.pk).credits == 96
+
+
+# -- run_on_libpq: the statement straight through libpq, as psycopg's cursor would run it
+
+@pytest.fixture
+def own_connection():
+    """A psycopg connection of its own to the test database, in autocommit, preparing as the pool's do."""
+    import psycopg
+
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    params.update(autocommit=True, prepare_threshold=0)
+    conn = psycopg.connect(**params)
+    conn.execute("CREATE TEMPORARY TABLE alone (id bigserial PRIMARY KEY, n bigint, word text UNIQUE, "
+                 "flag boolean, at timestamptz, naive timestamp, amount numeric)")
+    yield conn
+    conn.close()
+
+
+def _prepared(conn):
+    """The statements run_on_libpq prepared on ``conn`` (psycopg's own, for the test's queries, aside)."""
+    return [row[0] for row in conn.execute("SELECT name FROM pg_prepared_statements WHERE name LIKE '\\_gw\\_%%' "
+                                           "ORDER BY name", prepare=False)]
+
+
+def test_each_parameter_type_arrives_as_psycopg_would_send_it(own_connection):
+    from datetime import datetime, timezone
+
+    from utils_app.postgresql.base import run_on_libpq
+
+    insert = ("INSERT INTO alone (n, word, flag, at, naive) VALUES (%(n)s, %(word)s, %(flag)s, %(at)s, %(naive)s) "
+              "RETURNING n, word, flag, at, naive, %(n)s = n")
+    at = datetime(2026, 11, 25, 1, 2, 3, 456789, tzinfo=timezone.utc)
+    naive = datetime(1999, 12, 31, 23, 59, 59)
+    for n, word, flag in [(-2**63, "zéro ☃ ünïcode", True), (2**63 - 1, "it's \"quoted\" \\ ;--", False),
+                          (0, "", None), (None, None, False)]:
+        row, count = run_on_libpq(own_connection, insert, {"n": n, "word": word, "flag": flag, "at": at,
+                                                          "naive": naive})
+        assert count == 1 and row == (n, word, flag, at, naive, None if n is None else True)
+    # What psycopg's own cursor reads back from the same rows: the same values.
+    assert own_connection.execute("SELECT count(*) FROM alone WHERE at = %s AND naive = %s",
+                                  [at, naive]).fetchone() == (4,)
+
+
+def test_a_value_only_psycopg_can_send_is_left_to_it_without_anything_sent(own_connection):
+    from decimal import Decimal
+
+    from utils_app.postgresql.base import run_on_libpq
+
+    sql = "INSERT INTO alone (n, amount, word) VALUES (%(n)s, %(amount)s, %(word)s)"
+    assert run_on_libpq(own_connection, sql, {"n": 1, "amount": Decimal("1.5"), "word": "a"}) is None
+    assert run_on_libpq(own_connection, sql, {"n": 2**63, "amount": None, "word": "b"}) is None  # past int8
+    assert run_on_libpq(own_connection, sql, {"n": 1, "amount": None, "word": "nul\x00byte"}) is None
+    assert own_connection.execute("SELECT count(*) FROM alone").fetchone() == (0,)
+    assert _prepared(own_connection) == []
+
+
+def test_a_statement_is_prepared_once_per_connection_and_parameter_types(own_connection):
+    from utils_app.postgresql.base import run_on_libpq
+
+    sql = "INSERT INTO alone (n, word) VALUES (%(n)s, %(word)s) RETURNING id"
+    for number in range(3):
+        assert run_on_libpq(own_connection, sql, {"n": number, "word": f"w{number}"})[1] == 1
+    assert _prepared(own_connection) == ["_gw_1"]
+    run_on_libpq(own_connection, sql, {"n": None, "word": "w3"})  # another type for n: its own statement
+    assert _prepared(own_connection) == ["_gw_1", "_gw_2"]
+    own_connection.prepare_threshold = None  # DATABASE_PREPARED_STATEMENTS=0: nothing more is prepared
+    assert run_on_libpq(own_connection, "SELECT %(x)s::int", {"x": 7}) == ((7,), 1)
+    assert _prepared(own_connection) == ["_gw_1", "_gw_2"]
+
+
+def test_a_name_used_twice_is_one_parameter_and_other_placeholders_are_refused(own_connection):
+    from utils_app.postgresql.base import run_on_libpq
+
+    assert run_on_libpq(own_connection, "SELECT %(x)s::int + %(x)s::int, %(y)s::text",
+                        {"x": 20, "y": "z", "unused": object()}) == ((40, "z"), 1)
+    for sql in ("SELECT %s", "SELECT 100 %% 7", "SELECT '%(x)d'"):
+        with pytest.raises(ValueError):
+            run_on_libpq(own_connection, sql, {"x": 1})
+
+
+def test_errors_are_psycopgs_and_a_prepared_statement_the_server_forgot_is_prepared_again(own_connection):
+    import psycopg
+
+    from utils_app.postgresql.base import run_on_libpq
+
+    sql = "INSERT INTO alone (word) VALUES (%(word)s) RETURNING id"
+    run_on_libpq(own_connection, sql, {"word": "once"})
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        run_on_libpq(own_connection, sql, {"word": "once"})
+    assert own_connection.info.transaction_status.name == "IDLE"
+    # A pooler in front that does not keep prepared statements loses them between transactions.
+    own_connection.execute("DEALLOCATE ALL")
+    with pytest.raises(psycopg.errors.InvalidSqlStatementName):
+        run_on_libpq(own_connection, sql, {"word": "twice"})
+    assert run_on_libpq(own_connection, sql, {"word": "twice"})[1] == 1
+    assert _prepared(own_connection) == ["_gw_2"]
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        run_on_libpq(own_connection, "SELECT * FROM no_such_table WHERE id = %(id)s", {"id": 1})
+    assert run_on_libpq(own_connection, "SELECT %(id)s::int", {"id": 3}) == ((3,), 1)

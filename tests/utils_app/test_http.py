@@ -261,3 +261,74 @@ def test_a_kept_alive_connection_the_upstream_closed_is_told_apart_and_replaced(
     with upstreams.post(base, f"{base}/chat", data="{}", headers={}, timeout=(1, 2)) as answer:
         assert answer.raw.read() == b'{"ok": true}'
     assert len({call["port"] for call in recording_server.seen}) == 2  # a new connection, not the ended one
+
+
+# -- answers' header lines: parse_headers_quickly builds what http.client's own parser builds
+
+_HEADER_BLOCKS = [
+    b"",
+    b"Content-Type: application/json\r\nContent-Length: 17\r\n",
+    b"content-length:0\r\nX-Empty:\r\nX-Spaces:   padded   \r\nX-Tab:\tvalue\t\r\n",
+    b"Set-Cookie: a=1\r\nSet-Cookie: b=2\r\nX-Colons: a:b::c\r\nDate: Wed, 25 Nov 2026 00:00:00 GMT\r\n",
+    b"X-Bare-LF: yes\nX-Mixed: ok\r\n",
+    b"X-Weird-Name!#$%&'*+-.^_`|~: v\r\n",
+    # what only the email package's parser handles: a continuation, a line without a colon, an empty
+    # name, bytes outside ASCII, a bare CR, control characters, a Unix From line, a multipart type
+    b"X-Folded: first\r\n  second\r\nX-After: 1\r\n",
+    b"X-Ok: 1\r\nno colon here\r\nX-Later: 2\r\n",
+    b": no name\r\nX-Ok: 1\r\n",
+    "X-Latin: caf\u00e9\r\n".encode("iso-8859-1"),
+    "X-Utf8: \u2603\r\n".encode(),
+    b"X-CR: a\rb\r\n",
+    b"X-VT: a\x0bb\r\nX-FF: c\x0cd\r\nX-FS: e\x1cf\r\nX-Nul: g\x00h\r\n",
+    b"From someone\r\nX-Ok: 1\r\n",
+    b"Content-Type: multipart/mixed; boundary=x\r\n",
+    b"Content-Type: MULTIPART/alternative\r\nContent-Length: 3\r\n",
+    b" leading: space\r\nX-Ok: 1\r\n",
+]
+
+
+_PLAIN = 6  # the first blocks are plain: built without the email package's parser
+
+
+@pytest.mark.parametrize("number", range(len(_HEADER_BLOCKS)))
+def test_an_answers_header_lines_make_the_message_http_client_makes(number, monkeypatch):
+    import email.parser
+    import io
+
+    from utils_app import http as ours
+
+    raw = _HEADER_BLOCKS[number] + b"\r\nthe body, never read as headers\r\n"
+    with monkeypatch.context() as patch:
+        if number < _PLAIN:
+            patch.setattr(email.parser, "Parser", None)  # calling it would fail
+        quick = ours.parse_headers_quickly(io.BytesIO(raw))
+    stdlib = ours._parse_headers(io.BytesIO(raw))
+    assert type(quick) is type(stdlib)
+    assert {**vars(quick), "defects": None} == {**vars(stdlib), "defects": None}
+    assert [(type(d), str(d)) for d in quick.defects] == [(type(d), str(d)) for d in stdlib.defects]
+
+
+@pytest.mark.parametrize("raw", [b"X-Ok: 1\r\n", b"X-Ok: 1\r\nX-Cut: hal", b"X-Ok: 1\n\n", b""])
+def test_header_lines_the_connection_ended_early_make_the_same_message(raw):
+    import io
+
+    from utils_app import http as ours
+
+    quick, stdlib = ours.parse_headers_quickly(io.BytesIO(raw)), ours._parse_headers(io.BytesIO(raw))
+    assert {**vars(quick), "defects": None} == {**vars(stdlib), "defects": None}
+    assert [type(d) for d in quick.defects] == [type(d) for d in stdlib.defects]
+
+
+def test_http_client_reads_answers_with_it_and_its_limits_still_hold():
+    import http.client
+    import io
+
+    from utils_app import http as ours
+
+    assert http.client.parse_headers is ours.parse_headers_quickly
+    too_many = b"".join(b"X-%d: 1\r\n" % number for number in range(101)) + b"\r\n"
+    with pytest.raises(http.client.HTTPException, match="more than 100 headers"):
+        ours.parse_headers_quickly(io.BytesIO(too_many))
+    with pytest.raises(http.client.LineTooLong):
+        ours.parse_headers_quickly(io.BytesIO(b"X-Long: " + b"a" * 70_000 + b"\r\n\r\n"))

@@ -47,7 +47,33 @@ VARIANTS = {
     "no foreign-key checks": {"database": "no_fk", "prepare": True},
     "no rollup trigger": {"database": "no_rollups", "prepare": True},
     "neither": {"database": "neither", "prepare": True},
+    "no check constraints": {"database": "no_checks", "prepare": True},
+    "one check per table": {"database": "one_check", "prepare": True},
+    "no list checks": {"database": "no_lists", "prepare": True},
+    "list checks as one constant": {"database": "list_consts", "prepare": True},
 }
+_LIST_CHECKS = {"apikey_tier_known": ("keys_apikey", "tier"), "ledger_kind_known": ("keys_ledgerentry", "kind"),
+                "ledger_status_known": ("keys_ledgerentry", "status")}
+_DROP_LISTS = ";".join(f"ALTER TABLE {table} DROP CONSTRAINT {name}" for name, (table, _) in _LIST_CHECKS.items())
+_CONST_LISTS = """DO $$DECLARE found record; BEGIN
+FOR found IN SELECT conrelid::regclass AS tab, conname, (SELECT attname FROM pg_attribute
+    WHERE attrelid = conrelid AND attnum = conkey[1]) AS col, (SELECT '{' || string_agg(m[1], ',') || '}'
+    FROM regexp_matches(pg_get_constraintdef(oid), $r$'([a-z_]+)'::character varying$r$, 'g') AS m) AS items
+    FROM pg_constraint WHERE conname IN ('apikey_tier_known', 'ledger_kind_known', 'ledger_status_known')
+LOOP EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', found.tab, found.conname);
+EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I::text = ANY (%L::text[]))', found.tab, found.conname,
+    found.col, found.items); END LOOP; END$$"""
+_CHECKED = "('keys_apikey'::regclass, 'keys_ledgerentry'::regclass, 'models_catalog_usageevent'::regclass)"
+_DROP_CHECKS = f"""DO $$DECLARE found record; BEGIN
+FOR found IN SELECT conrelid::regclass AS tab, conname FROM pg_constraint WHERE contype = 'c'
+    AND conrelid IN {_CHECKED}
+LOOP EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', found.tab, found.conname); END LOOP; END$$"""
+_MERGE_CHECKS = f"""DO $$DECLARE found record; BEGIN
+FOR found IN SELECT conrelid::regclass AS tab,
+    string_agg('(' || substr(pg_get_constraintdef(oid), 7) || ')', ' AND ') AS merged
+    FROM pg_constraint WHERE contype = 'c' AND conrelid IN {_CHECKED} GROUP BY conrelid
+LOOP EXECUTE format('ALTER TABLE %s ADD CONSTRAINT merged_checks CHECK (%s)', found.tab, found.merged); END LOOP;
+END$$"""
 # The foreign keys from the ledger and the usage events to the keys and the models, whatever Django named them.
 _DROP_FOREIGN_KEYS = """DO $$DECLARE found record; BEGIN
 FOR found IN SELECT conrelid::regclass AS tab, conname FROM pg_constraint WHERE contype = 'f'
@@ -60,6 +86,10 @@ SETUP = {
     "no_fk": [_DROP_FOREIGN_KEYS],
     "no_rollups": [_NO_ROLLUPS],
     "neither": [_DROP_FOREIGN_KEYS, _NO_ROLLUPS],
+    "no_checks": [_DROP_CHECKS],
+    "no_lists": [_DROP_LISTS],
+    "list_consts": [_CONST_LISTS],
+    "one_check": [_MERGE_CHECKS, _DROP_CHECKS.replace("contype = 'c'", "contype = 'c' AND conname <> 'merged_checks'")],
 }
 STATEMENTS = ("import json, django; django.setup(); from gateway import metering; "
               "print(json.dumps([metering.CHARGE_POSTGRES, metering.COMPLETE_POSTGRES]))")
@@ -108,7 +138,13 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=300, help="charge + settlement pairs per batch")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--only", nargs="*", help="variants to run besides 'as is' (default: all)")
     args = parser.parse_args()
+    if args.only:
+        for name in [name for name in VARIANTS if name != "as is" and name not in args.only]:
+            database = VARIANTS.pop(name)["database"]
+            if all(variant["database"] != database for variant in VARIANTS.values()):
+                SETUP.pop(database)
     harness.stop_on_sigterm()
     workdir = harness.make_workdir("statements")
     postgres = harness.PrivatePostgres(workdir, max_connections=50)

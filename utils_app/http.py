@@ -67,6 +67,7 @@ class Upstreams:
         self.user_agent = user_agent
         self._sessions: dict[str, requests.Session] = {}
         self._pools: dict[tuple, object] = {}  # (scheme, host:port) -> the adapter's urllib3 pool
+        self._session_headers: dict[str, dict] = {}  # base URL -> {lower-case name: (name, value)}
         self._lock = threading.Lock()
 
     def session(self, base_url: str) -> requests.Session:
@@ -92,22 +93,35 @@ class Upstreams:
         make the gateway post them there. The caller sees the 3xx and treats it as a failure.
         """
         session = self.session(base_url)
-        merged = CaseInsensitiveDict(session.headers)
-        merged.update(headers)
         if session.proxies:
+            merged = CaseInsensitiveDict(session.headers)
+            merged.update(headers)
             prepared = requests.Request("POST", url, data=data, headers=merged).prepare()
             return session.send(prepared, timeout=timeout, stream=True, allow_redirects=False)
         body = data.encode() if isinstance(data, str) else data
-        merged["Content-Length"] = str(len(body))
         parts = urlsplit(url)
         try:
             raw = self._pool(base_url, url).urlopen(
                 "POST", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), body=body,
-                headers=dict(merged), redirect=False, retries=False, assert_same_host=False, preload_content=False,
+                headers=self._merged(base_url, headers, len(body)), redirect=False, retries=False, assert_same_host=False, preload_content=False,
                 decode_content=False, timeout=Urllib3Timeout(connect=timeout[0], read=timeout[1]))
         except Urllib3Error as exc:
             raise _as_requests_error(exc) from exc
         return Answer(raw)
+
+    def _merged(self, base_url: str, headers: dict, length: int) -> dict:
+        """The session's headers under the call's, as requests merges them (a name in any case
+        replaces the session's, the call's spelling kept), and the body's Content-Length. The
+        session's are set once, when it is built: they are read once, into a dict by lower-case name."""
+        base = self._session_headers.get(base_url)
+        if base is None:
+            base = self._session_headers[base_url] = {
+                name.lower(): (name, value) for name, value in self.session(base_url).headers.items()}
+        merged = base.copy()
+        for name, value in headers.items():
+            merged[name.lower()] = (name, value)
+        merged["content-length"] = ("Content-Length", str(length))
+        return dict(merged.values())
 
     def _pool(self, base_url: str, url: str):
         """The connection pool requests would use for ``url`` (its adapter's, with its TLS settings)."""

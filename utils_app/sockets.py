@@ -32,7 +32,7 @@ def gevent_patched() -> bool:
     return is_module_patched("select")
 
 
-def wait_gevent(gen, fileno: int):
+def wait_gevent(gen, fileno: int, watchers: dict | None = None):
     """Run a psycopg I/O generator to its end, waiting for its socket on gevent's hub.
 
     The generator yields what it waits for (read, write or both) and is sent what is ready.
@@ -40,6 +40,10 @@ def wait_gevent(gen, fileno: int):
     may not be ready yet, which psycopg's generators allow (their reads and writes do not block
     and retry). A greenlet killed meanwhile leaves the statement unfinished: its connection is
     not in a state to reuse, which the pool sees when it is given back, and closes it.
+
+    ``watchers``, kept by the caller with its socket (one connection's), holds the watchers of
+    earlier waits on ``fileno`` by what they waited for, to be used again instead of each wait
+    building and closing its own on the hub's loop.
     """
     from gevent import get_hub
 
@@ -47,11 +51,17 @@ def wait_gevent(gen, fileno: int):
     try:
         waiting = next(gen)
         while True:
-            watcher = hub.loop.io(fileno, waiting & (_READ | _WRITE))
+            events = waiting & (_READ | _WRITE)
+            watcher = watchers.get(events) if watchers is not None else None
+            if watcher is None or watcher.loop is not hub.loop:  # another thread's hub made that one
+                watcher = hub.loop.io(fileno, events)
+                if watchers is not None:
+                    watchers[events] = watcher
             try:
-                hub.wait(watcher)
+                hub.wait(watcher)  # started for this wait, stopped after it, however it ends
             finally:
-                watcher.close()
+                if watchers is None:
+                    watcher.close()
             waiting = gen.send(waiting)
     except StopIteration as done:
         return done.value

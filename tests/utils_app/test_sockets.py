@@ -41,9 +41,9 @@ def test_under_gevent_statements_wait_on_the_hub_and_let_other_greenlets_run():
         from utils_app import sockets
         calls = []
         original = sockets.wait_gevent
-        def counting(gen, fileno):
-            calls.append(fileno)
-            return original(gen, fileno)
+        def counting(gen, fileno, watchers=None):
+            calls.append((fileno, watchers is not None))
+            return original(gen, fileno, watchers)
         sockets.wait_gevent = counting
         import utils_app.postgresql.base as backend
         backend.wait_gevent = counting
@@ -55,7 +55,10 @@ def test_under_gevent_statements_wait_on_the_hub_and_let_other_greenlets_run():
         gevent.sleep(0.05)
         quick = gevent.spawn(run, "quick", "SELECT 1")
         gevent.joinall([slow, quick], raise_error=True)
-        print(finished, len(calls) > 0)
+        # each connection's watchers kept with it, at most one per read, write, or both
+        kept = [getattr(conn, "_watchers", {}) for conn in connection.pool._pool]
+        print(finished, len(calls) > 0 and all(given for _, given in calls),
+              sum(len(w) for w in kept) <= 3 * len(kept) and any(kept))
     """)
     from django.db import connection
 
@@ -65,4 +68,4 @@ def test_under_gevent_statements_wait_on_the_hub_and_let_other_greenlets_run():
                             capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip().splitlines()[-1] == "['quick', 'slow'] True"
+    assert result.stdout.strip().splitlines()[-1] == "['quick', 'slow'] True True"

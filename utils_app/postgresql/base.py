@@ -55,7 +55,10 @@ class Connection(psycopg.Connection):
         # psycopg's poll loop through gevent's patched poll (utils_app.sockets); a wait with a
         # deadline or an interval of its own keeps psycopg's.
         if not args and kwargs.get("timeout") is None and gevent_patched():
-            return wait_gevent(gen, self.pgconn.socket)
+            watchers = self.__dict__.get("_watchers")
+            if watchers is None:
+                watchers = self._watchers = {}  # this connection's socket's, for the life of the connection
+            return wait_gevent(gen, self.pgconn.socket, watchers)
         return super().wait(gen, *args, **kwargs)
 
     @classmethod

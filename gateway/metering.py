@@ -22,7 +22,7 @@ refund row recording what was actually restored.
 import logging
 from dataclasses import dataclass
 
-from django.db import IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
 from django.utils import timezone
 
 from keys import auth_cache
@@ -92,8 +92,8 @@ class Idempotency:
     request_hash: str
 
 
-def _now():
-    return connection.ops.adapt_datetimefield_value(timezone.now())
+def _now(db):
+    return db.ops.adapt_datetimefield_value(timezone.now())
 
 
 def charge(*, key: ApiKey, model: AiModel, operation: str, amount: int, request_id: str,
@@ -103,11 +103,12 @@ def charge(*, key: ApiKey, model: AiModel, operation: str, amount: int, request_
     Sets ``key.credits`` to the balance left. Raises 401/403/429/402 (in that order of
     checks) when the key may not be charged, 409 when the Idempotency-Key was just claimed.
     """
-    params = {"amount": amount, "now": _now(), "key": key.pk, "tier": key.tier, "request_id": request_id,
+    db = connections[DEFAULT_DB_ALIAS]  # the context's wrapper, looked up once (connection would each time)
+    params = {"amount": amount, "now": _now(db), "key": key.pk, "tier": key.tier, "request_id": request_id,
               "idempotency_key": idempotency.key if idempotency else None, "operation": operation,
               "model": model.model_id}
-    if idempotency is None and connection.vendor == "postgresql":
-        row = _take(params)  # one statement in autocommit: no BEGIN/COMMIT round trips
+    if idempotency is None and db.vendor == "postgresql":
+        row = _take(params, db)  # one statement in autocommit: no BEGIN/COMMIT round trips
     else:
         row = _take_with_claim(params, key=key, idempotency=idempotency)
     if row is None:
@@ -122,7 +123,7 @@ def _take_with_claim(params: dict, *, key: ApiKey, idempotency: Idempotency | No
     """The charge in a transaction: SQLite's two statements, and the Idempotency-Key's record."""
     try:
         with one_writer_at_a_time(connection), transaction.atomic():
-            row = _take(params)
+            row = _take(params, connection)
             if row is not None and idempotency is not None:
                 IdempotentRequest.objects.create(key_id=key.pk, idempotency_key=idempotency.key,
                                                  request_hash=idempotency.request_hash, entry_id=row[0],
@@ -137,10 +138,10 @@ def _take_with_claim(params: dict, *, key: ApiKey, idempotency: Idempotency | No
                                   "completes.", param="Idempotency-Key") from None
 
 
-def _take(params: dict):
-    if connection.vendor == "postgresql":  # parameters bound on the server (utils_app.postgresql)
-        return connection.run_one(CHARGE_POSTGRES, params)[0]
-    with connection.cursor() as cursor:
+def _take(params: dict, db):
+    if db.vendor == "postgresql":  # parameters bound on the server (utils_app.postgresql)
+        return db.run_one(CHARGE_POSTGRES, params)[0]
+    with db.cursor() as cursor:
         cursor.execute(CHARGE_SQLITE[0], params)
         taken = cursor.fetchone()
         if taken is None:
@@ -192,12 +193,13 @@ def complete(*, entry: int, key: ApiKey, model: AiModel, operation: str, provide
     ``status`` and ``success`` are the usage row's: a stream charged after it broke off records
     the failure it ended with (CONTRACT section 5), a whole answer 200 and success.
     """
+    db = connections[DEFAULT_DB_ALIAS]
     params = {"entry": entry, "key": key.pk, "model_pk": model.pk, "operation": operation, "provider": provider,
               "input_tokens": input_tokens, "output_tokens": output_tokens, "cached_tokens": cached_tokens,
               "latency_ms": min(latency_ms, MAX_LATENCY_MS),
-              "now": _now(), "status": status, "success": success, "deployment": deployment}
-    if connection.vendor == "postgresql":
-        return connection.run_one(COMPLETE_POSTGRES, params)[1] == 1
+              "now": _now(db), "status": status, "success": success, "deployment": deployment}
+    if db.vendor == "postgresql":
+        return db.run_one(COMPLETE_POSTGRES, params)[1] == 1
     with connection.cursor() as cursor:
         with one_writer_at_a_time(connection), transaction.atomic():
             cursor.execute(COMPLETE_SQLITE[0], params)

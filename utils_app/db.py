@@ -68,6 +68,8 @@ def release_connection(connection) -> None:
     Inside a transaction (tests) nothing is released. SQLite keeps its connection: it has
     no server connections to spare.
     """
+    if connection.connection is None:  # none held: nothing to give back (Django's close would do nothing)
+        return
     if connection.vendor == "postgresql" and not connection.in_atomic_block:
         connection.close()
 

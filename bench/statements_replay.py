@@ -21,7 +21,15 @@ Variants, each on its own database migrated by the working tree:
   locks the referenced row, FOR KEY SHARE);
 - no rollup trigger: the usage rollups' trigger disabled. Measurement only: without it the rollup
   tables would no longer follow the usage events;
-- neither: both of the last two.
+- neither: both of the last two;
+- no check constraints: every CHECK constraint of the key, ledger and usage tables dropped
+  (PostgreSQL parses and plans each one again at every statement that writes the table);
+- one check per table: the same constraints joined with AND into one per table;
+- no list checks: only the three "one of these words" constraints (tier, kind, status) dropped;
+- list checks as one constant: those three rewritten as `= ANY ('{...}'::text[])`.
+
+The last four are measurement only: the constraints guard the ledger and stay. --only picks the
+variants to run beside "as is".
 """
 from __future__ import annotations
 

@@ -209,9 +209,17 @@ CORS_ALLOW_ALL_ORIGINS = env_str("CORS_ALLOWED_ORIGINS", "*") == "*"
 CORS_ALLOWED_ORIGINS = [] if CORS_ALLOW_ALL_ORIGINS else env_list("CORS_ALLOWED_ORIGINS", "")
 CORS_URLS_REGEX = r"^/(v1|utils)/.*$"
 # Preflights allow the headers clients send: the library's defaults (authorization, content-type…),
-# the gateway's own, and those of Anthropic's API.
-CORS_ALLOW_HEADERS = (*cors_default_headers, "idempotency-key", "x-request-id", "x-api-key", "anthropic-version",
-                      "anthropic-beta")
+# the gateway's own, those of Anthropic's API, and those the official SDKs add to every request in a
+# browser (their platform and retry headers, OpenAI's organization and project, Anthropic's opt-in to
+# direct browser access): a browser refuses to send a request whose preflight leaves one out.
+CORS_ALLOW_HEADERS = (
+    *cors_default_headers, "idempotency-key", "x-request-id", "x-client-request-id", "x-api-key",
+    "anthropic-version", "anthropic-beta", "anthropic-dangerous-direct-browser-access",
+    "openai-organization", "openai-project", "openai-beta",
+    *(f"x-stainless-{name}" for name in (
+        "arch", "async", "lang", "os", "package-version", "runtime", "runtime-version", "retry-count",
+        "timeout", "read-timeout", "helper-method", "stream-helper", "poll-helper", "custom-poll-interval")),
+)
 CORS_EXPOSE_HEADERS = [
     "X-Remaining-Credits",
     "X-RateLimit-Limit-Requests",

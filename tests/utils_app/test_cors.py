@@ -99,3 +99,63 @@ def test_cors_test_reports_a_refused_origin(client, settings):
 def test_cors_test_without_an_origin_says_so(client):
     body = client.get("/v1/chat/cors-test").json()
     assert body["origin"] is None and body["allowed"] is False
+
+
+def _headers_sdks_send():
+    """Every header the official openai and anthropic SDKs put on a chat request, with their options
+    that add headers set (organization, project), as a server of the test's own on 127.0.0.1 sees them."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import anthropic
+    import openai
+
+    seen = set()
+
+    class Capture(BaseHTTPRequestHandler):
+        def do_POST(self):
+            seen.update(name.lower() for name in self.headers)
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if self.path.endswith("/messages"):
+                answer = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [],
+                          "stop_reason": "end_turn", "stop_sequence": None,
+                          "usage": {"input_tokens": 1, "output_tokens": 1}}
+            else:
+                answer = {"id": "c1", "object": "chat.completion", "created": 0, "model": "m", "choices": []}
+            body = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Capture)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with openai.OpenAI(api_key="sk-test", base_url=f"{base}/v1", organization="org-1", project="proj-1",
+                           max_retries=0, timeout=10) as client:
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        with anthropic.Anthropic(api_key="sk-test", base_url=base, max_retries=0, timeout=10) as client:
+            client.messages.create(model="m", max_tokens=1, messages=[{"role": "user", "content": "hi"}])
+    finally:
+        server.shutdown()
+        server.server_close()
+    # What a browser sets itself, never asked for in a preflight.
+    return seen - {"host", "accept-encoding", "connection", "content-length", "user-agent"}
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
+def test_a_preflight_allows_every_header_the_official_sdks_send(client, path):
+    sent = _headers_sdks_send()
+    assert {"x-stainless-lang", "x-stainless-retry-count", "anthropic-version", "openai-organization"} <= sent
+    browser_only = {"x-stainless-timeout", "anthropic-dangerous-direct-browser-access"}  # their browser builds'
+    response = preflight(client, path, "POST", headers=", ".join(sorted(sent | browser_only)))
+
+    assert response.status_code == 200
+    allowed = {name.strip() for name in response["Access-Control-Allow-Headers"].split(",")}
+    assert sent | browser_only <= allowed, sorted((sent | browser_only) - allowed)

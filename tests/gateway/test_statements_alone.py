@@ -185,12 +185,17 @@ def test_errors_are_psycopgs_and_a_prepared_statement_the_server_forgot_is_prepa
     with pytest.raises(psycopg.errors.UniqueViolation):
         run_on_libpq(own_connection, sql, {"word": "once"})
     assert own_connection.info.transaction_status.name == "IDLE"
-    # A pooler in front that does not keep prepared statements loses them between transactions.
+    # A pooler in front that does not keep prepared statements loses them between transactions: the
+    # statement is prepared again and runs once.
     own_connection.execute("DEALLOCATE ALL")
-    with pytest.raises(psycopg.errors.InvalidSqlStatementName):
-        run_on_libpq(own_connection, sql, {"word": "twice"})
     assert run_on_libpq(own_connection, sql, {"word": "twice"})[1] == 1
     assert _prepared(own_connection) == ["_gw_2"]
+    assert own_connection.execute("SELECT count(*) FROM alone WHERE word = 'twice'").fetchone() == (1,)
+    # A migration changed what the statement returns: prepared again too, run once.
+    own_connection.execute("ALTER TABLE alone ALTER COLUMN id TYPE numeric")
+    assert run_on_libpq(own_connection, sql, {"word": "thrice"})[1] == 1
+    assert _prepared(own_connection) == ["_gw_3"]
+    assert own_connection.execute("SELECT count(*) FROM alone").fetchone() == (3,)
     with pytest.raises(psycopg.errors.UndefinedTable):
         run_on_libpq(own_connection, "SELECT * FROM no_such_table WHERE id = %(id)s", {"id": 1})
     assert run_on_libpq(own_connection, "SELECT %(id)s::int", {"id": 3}) == ((3,), 1)

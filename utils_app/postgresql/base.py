@@ -315,21 +315,28 @@ def run_on_libpq(conn, sql: str, params: dict) -> tuple[tuple | None, int] | Non
     pgconn = conn.pgconn
     if conn.prepare_threshold is not None:
         key = (sql, tuple(types))
-        prepared = state["prepared"].get(key)
-        if prepared is None:
-            state["named"] += 1  # never a name used before on this connection, even once forgotten
-            prepared = f"_gw_{state['named']}".encode()
-            pgconn.send_prepare(prepared, text, param_types=types)
-            _result(conn.wait(_execute(pgconn)), state)
-            state["prepared"][key] = prepared
-        pgconn.send_query_prepared(prepared, values)
-        try:
-            result = _result(conn.wait(_execute(pgconn)), state)
-        except psycopg.errors.FeatureNotSupported:
-            # "cached plan must not change result type": a migration changed what it returns; the
-            # next use prepares it again.
-            del state["prepared"][key]
-            raise
+        while True:
+            prepared = state["prepared"].get(key)
+            earlier = prepared is not None
+            if not earlier:
+                state["named"] += 1  # never a name used before on this connection, even once forgotten
+                prepared = f"_gw_{state['named']}".encode()
+                pgconn.send_prepare(prepared, text, param_types=types)
+                _result(conn.wait(_execute(pgconn)), state)
+                state["prepared"][key] = prepared
+            pgconn.send_query_prepared(prepared, values)
+            try:
+                result = _result(conn.wait(_execute(pgconn)), state)
+                break
+            except (psycopg.errors.InvalidSqlStatementName, psycopg.errors.FeatureNotSupported) as exc:
+                # A statement prepared by an earlier call that the server no longer knows (a pooler
+                # between us that does not keep them), or whose result a migration changed ("cached
+                # plan must not change result type"): refused before it ran, so it is prepared again
+                # and sent once more. One prepared in this call is not.
+                state["prepared"].pop(key, None)
+                if not earlier or (isinstance(exc, psycopg.errors.FeatureNotSupported)
+                                   and "cached plan" not in str(exc)):
+                    raise
     else:
         pgconn.send_query_params(text, values, param_types=types)
         result = _result(conn.wait(_execute(pgconn)), state)
@@ -344,8 +351,8 @@ def run_on_libpq(conn, sql: str, params: dict) -> tuple[tuple | None, int] | Non
 
 def _result(results, state: dict):
     """The statement's result; its error raised as psycopg's exception. A prepared statement the server
-    no longer knows (a pooler between us that does not keep them) is forgotten with every other on
-    this connection, so the next statement prepares again."""
+    no longer knows (a pooler between us that does not keep them) means it knows none of this
+    connection's: every one is forgotten, to be prepared again."""
     result = results[-1]
     if result.status == pq.ExecStatus.FATAL_ERROR:
         error = psycopg.errors.error_from_result(result, encoding=state["encoding"])

@@ -199,3 +199,23 @@ def test_errors_are_psycopgs_and_a_prepared_statement_the_server_forgot_is_prepa
     with pytest.raises(psycopg.errors.UndefinedTable):
         run_on_libpq(own_connection, "SELECT * FROM no_such_table WHERE id = %(id)s", {"id": 1})
     assert run_on_libpq(own_connection, "SELECT %(id)s::int", {"id": 3}) == ((3,), 1)
+
+
+def test_a_connection_whose_prepared_statements_do_not_last_goes_on_unprepared_and_says_so(
+        own_connection, caplog, monkeypatch):
+    """A pooler in transaction mode without prepared-statement support hands the server session with
+    another client's names on it: the name this connection picks is already taken there."""
+    from utils_app.postgresql import base as backend
+
+    monkeypatch.setattr(backend, "_told_unprepared", False)
+    own_connection.execute("PREPARE _gw_1 AS SELECT 1", prepare=False)  # another client's, on this session
+    sql = "INSERT INTO alone (word) VALUES (%(word)s) RETURNING word"
+    with caplog.at_level("WARNING", logger="utils_app.postgresql.base"):
+        for word in ("first", "second"):
+            assert backend.run_on_libpq(own_connection, sql, {"word": word}) == ((word,), 1)
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
+        "PostgreSQL does not keep this process's prepared statements between its statements"]
+    assert "DATABASE_PREPARED_STATEMENTS=0" in caplog.records[0].getMessage()
+    assert own_connection._statements["unprepared"] is True
+    assert _prepared(own_connection) == ["_gw_1"]  # only the other client's: nothing more was prepared
+    assert own_connection.execute("SELECT count(*) FROM alone").fetchone() == (2,)  # each ran once

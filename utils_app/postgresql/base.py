@@ -43,6 +43,7 @@ from utils_app.db import ended_by_server, failure_cause, last_connect_failure, n
 from utils_app.sockets import gevent_patched, wait_gevent
 
 ENDED_BY_SERVER = "ended by the server while idle in the pool (a restart or a terminated backend)"
+log = logging.getLogger(__name__)
 
 
 class Connection(psycopg.Connection):
@@ -313,31 +314,10 @@ def run_on_libpq(conn, sql: str, params: dict) -> tuple[tuple | None, int] | Non
         types.append(sent[0])
         values.append(sent[1])
     pgconn = conn.pgconn
-    if conn.prepare_threshold is not None:
-        key = (sql, tuple(types))
-        while True:
-            prepared = state["prepared"].get(key)
-            earlier = prepared is not None
-            if not earlier:
-                state["named"] += 1  # never a name used before on this connection, even once forgotten
-                prepared = f"_gw_{state['named']}".encode()
-                pgconn.send_prepare(prepared, text, param_types=types)
-                _result(conn.wait(_execute(pgconn)), state)
-                state["prepared"][key] = prepared
-            pgconn.send_query_prepared(prepared, values)
-            try:
-                result = _result(conn.wait(_execute(pgconn)), state)
-                break
-            except (psycopg.errors.InvalidSqlStatementName, psycopg.errors.FeatureNotSupported) as exc:
-                # A statement prepared by an earlier call that the server no longer knows (a pooler
-                # between us that does not keep them), or whose result a migration changed ("cached
-                # plan must not change result type"): refused before it ran, so it is prepared again
-                # and sent once more. One prepared in this call is not.
-                state["prepared"].pop(key, None)
-                if not earlier or (isinstance(exc, psycopg.errors.FeatureNotSupported)
-                                   and "cached plan" not in str(exc)):
-                    raise
-    else:
+    result = None
+    if conn.prepare_threshold is not None and not state.get("unprepared"):
+        result = _run_prepared(conn, state, (sql, tuple(types)), text, types, values)
+    if result is None:
         pgconn.send_query_params(text, values, param_types=types)
         result = _result(conn.wait(_execute(pgconn)), state)
     row = None
@@ -347,6 +327,63 @@ def run_on_libpq(conn, sql: str, params: dict) -> tuple[tuple | None, int] | Non
         row = loader.load_row(0, tuple)
     count = result.command_tuples
     return row, (-1 if count is None else count)
+
+
+def _run_prepared(conn, state: dict, key: tuple, text: bytes, types: list, values: list):
+    """The statement's result, run by a name prepared on the connection (prepared first when it is
+    not yet); None when named statements do not last on this connection, run nothing.
+
+    Every retry here follows a refusal that comes before the statement runs (at Parse, or at Bind
+    and plan revalidation): sending it again cannot run it twice.
+    - A statement prepared by an earlier call that the server no longer knows (`DEALLOCATE ALL`),
+      or whose result a migration changed ("cached plan must not change result type"), is
+      prepared again and sent once more.
+    - A name the server already holds although this connection never used it, or a statement
+      gone again right after it was prepared, means named statements do not stay with this
+      connection's server session: a pooler in transaction mode without prepared-statement
+      support (PgBouncer before 1.21, or without max_prepared_statements). The connection stops
+      preparing (the caller sends its statements unnamed) and the operator is told, once."""
+    pgconn = conn.pgconn
+    while True:  # twice at most: a second pass always prepares anew, and every refusal then ends it
+        prepared = state["prepared"].get(key)
+        earlier = prepared is not None
+        try:
+            if not earlier:
+                state["named"] += 1  # never a name used before on this connection, even once forgotten
+                prepared = f"_gw_{state['named']}".encode()
+                pgconn.send_prepare(prepared, text, param_types=types)
+                _result(conn.wait(_execute(pgconn)), state)
+                state["prepared"][key] = prepared
+            pgconn.send_query_prepared(prepared, values)
+            return _result(conn.wait(_execute(pgconn)), state)
+        except psycopg.errors.FeatureNotSupported as exc:
+            state["prepared"].pop(key, None)
+            if not earlier or "cached plan" not in str(exc):
+                raise
+        except psycopg.errors.InvalidSqlStatementName:
+            if earlier:
+                continue  # the server forgot them all (_result forgot them too): prepare again
+            _stop_preparing(state)
+            return None
+        except psycopg.errors.DuplicatePreparedStatement:
+            _stop_preparing(state)
+            return None
+
+
+_told_unprepared = False
+
+
+def _stop_preparing(state: dict) -> None:
+    global _told_unprepared
+    state["unprepared"] = True
+    state["prepared"].clear()
+    if not _told_unprepared:
+        _told_unprepared = True
+        log.warning("PostgreSQL does not keep this process's prepared statements between its statements "
+                    "(a pooler in transaction mode without prepared-statement support?): the request "
+                    "path's statements go unprepared on such connections. Set "
+                    "DATABASE_PREPARED_STATEMENTS=0, or give the pooler prepared-statement support "
+                    "(PgBouncer 1.21 or later with max_prepared_statements).")
 
 
 def _result(results, state: dict):

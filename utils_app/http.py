@@ -24,8 +24,8 @@ a model call straight through the urllib3 pool of the session's own adapter, ski
 requests' preparing, merging and Response building on every call (docs/performance.md).
 
 An answer's header lines are parsed without the email package's feed parser when they are plain
-(``parse_headers_quickly``, installed for the process's http.client, which urllib3 reads answers
-with): the same message, a fifth of the CPU.
+(``parse_headers_quickly``, installed for the process's http.client when the app is ready, which
+urllib3 reads answers with): the same message, a fifth of the CPU.
 """
 import email.parser
 import http.client
@@ -39,7 +39,6 @@ from urllib.parse import urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
-from requests.structures import CaseInsensitiveDict
 from urllib3 import Timeout as Urllib3Timeout
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError, ProtocolError, ReadTimeoutError, SSLError
@@ -93,17 +92,16 @@ class Upstreams:
         make the gateway post them there. The caller sees the 3xx and treats it as a failure.
         """
         session = self.session(base_url)
-        if session.proxies:
-            merged = CaseInsensitiveDict(session.headers)
-            merged.update(headers)
-            prepared = requests.Request("POST", url, data=data, headers=merged).prepare()
-            return session.send(prepared, timeout=timeout, stream=True, allow_redirects=False)
         body = data.encode() if isinstance(data, str) else data
+        merged = self._merged(base_url, headers, len(body))
+        if session.proxies:
+            prepared = requests.Request("POST", url, data=body, headers=merged).prepare()
+            return session.send(prepared, timeout=timeout, stream=True, allow_redirects=False)
         parts = urlsplit(url)
         try:
             raw = self._pool(base_url, url).urlopen(
                 "POST", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), body=body,
-                headers=self._merged(base_url, headers, len(body)), redirect=False, retries=False, assert_same_host=False, preload_content=False,
+                headers=merged, redirect=False, retries=False, assert_same_host=False, preload_content=False,
                 decode_content=False, timeout=Urllib3Timeout(connect=timeout[0], read=timeout[1]))
         except Urllib3Error as exc:
             raise _as_requests_error(exc) from exc
@@ -204,8 +202,14 @@ def parse_headers_quickly(fp, _class=http.client.HTTPMessage):
     return message
 
 
-if _read_headers is not None and http.client.parse_headers is _parse_headers:
+def parse_headers_quickly_from_now_on() -> bool:
+    """Have http.client (and so urllib3) read every answer's header lines with ``parse_headers_quickly``,
+    for the whole process (utils_app's ready). Left alone on a Python whose http.client lacks the
+    line reader it relies on; returns whether it is installed."""
+    if _read_headers is None:
+        return False
     http.client.parse_headers = parse_headers_quickly
+    return True
 
 
 def timeouts(seconds: float, *, connect: float = CONNECT_SECONDS) -> tuple[float, float]:

@@ -113,6 +113,25 @@ def test_post_sends_what_the_session_would_with_the_calls_headers_over_the_sessi
                                                                                                b'{"a": 1}')
 
 
+def test_through_a_proxy_post_sends_the_same_headers_and_body_by_requests_own_path(recording_server,
+                                                                                  clean_environment):
+    # The recording server stands in for the proxy: a plain-HTTP upstream is asked for in absolute form.
+    proxy = recording_server.base.removesuffix("/v1")
+    clean_environment.setenv("HTTP_PROXY", proxy)
+    base = "http://upstream.invalid/v1"
+    upstreams = Upstreams(pool_size=1)
+    assert upstreams.session(base).proxies["http"] == proxy
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer sk-up", "accept-encoding": "identity"}
+    with upstreams.post(base, f"{base}/chat?x=1", data='{"é": 1}', headers=headers, timeout=(1, 2)) as answer:
+        assert answer.status_code == 200 and answer.raw.read() == b'{"ok": true}'
+    upstreams.session(base).post(f"{base}/chat?x=1", data='{"é": 1}'.encode(), headers=headers, timeout=(1, 2))
+    by_post, by_session = recording_server.seen
+    assert by_post["path"] == by_session["path"] == "http://upstream.invalid/v1/chat?x=1"
+    assert by_post["body"] == by_session["body"] == '{"é": 1}'.encode()
+    assert by_post["headers"] == by_session["headers"]
+    assert by_post["headers"]["accept-encoding"] == "identity" and by_post["headers"]["content-length"] == "9"
+
+
 def test_post_keeps_its_connection_for_the_next_call_once_the_answer_was_read(recording_server):
     base = recording_server.base
     upstreams = Upstreams(pool_size=1)

@@ -200,7 +200,7 @@ def complete(*, entry: int, key: ApiKey, model: AiModel, operation: str, provide
               "now": _now(db), "status": status, "success": success, "deployment": deployment}
     if db.vendor == "postgresql":
         return db.run_one(COMPLETE_POSTGRES, params)[1] == 1
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         with one_writer_at_a_time(connection), transaction.atomic():
             cursor.execute(COMPLETE_SQLITE[0], params)
             settled = cursor.fetchone()

@@ -52,9 +52,9 @@ class Connection(psycopg.Connection):
     closed_because = ""  # set when the gateway closes it for a reason the pool's warning should tell
 
     def wait(self, gen, *args, **kwargs):
-        # Under gevent, each statement's wait on the server is one watcher on the hub instead of
-        # psycopg's poll loop through gevent's patched poll (utils_app.sockets); a wait with a
-        # deadline or an interval of its own keeps psycopg's.
+        # Under gevent, each statement's wait on the server is on the hub, through this connection's
+        # own watchers, instead of psycopg's poll loop through gevent's patched poll
+        # (utils_app.sockets); a wait with a deadline or an interval of its own keeps psycopg's.
         if not args and kwargs.get("timeout") is None and gevent_patched():
             watchers = self.__dict__.get("_watchers")
             if watchers is None:

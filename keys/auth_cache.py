@@ -34,6 +34,8 @@ import uuid
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection, router, transaction
+from django.db.models import signals
+from django.db.models.base import ModelState
 
 from keys.models import ApiKey
 from utils_app.db import release_connection
@@ -45,17 +47,34 @@ VERSION = "keys:version"
 _SET_VERSION = "return redis.call('SET', KEYS[1], ARGV[1])"
 
 _FIELDS = [field.attname for field in ApiKey._meta.concrete_fields]
-_CREDITS = _FIELDS.index("credits")
 _MAX_ENTRIES = 10_000  # beyond it the cache starts over: a bound on memory, not an eviction policy
 
 
 class _Entry:
-    __slots__ = ("read_at", "version", "values")
+    __slots__ = ("read_at", "version", "attrs")
 
-    def __init__(self, read_at: float, version: str | None, values: tuple):
+    def __init__(self, read_at: float, version: str | None, attrs: dict):
         self.read_at = read_at
         self.version = version  # the keys version seen before the row was read; None when not known
-        self.values = values
+        self.attrs = attrs  # the row's values by attribute name; replaced, never changed in place
+
+
+def _key_from(attrs: dict, db: str) -> ApiKey:
+    """The ApiKey ``ApiKey.from_db`` would build from a whole row, built the short way.
+
+    Every column of the row is a plain attribute (DeferredAttribute descriptors only read), so
+    Model.__init__'s loop of setattr over twenty fields comes to filling the instance's dict, which
+    one update does. The pre_init and post_init signals have no receivers in the service; should one
+    be connected, Django's own construction runs, so it is sent.
+    """
+    if signals.pre_init.receivers or signals.post_init.receivers:
+        return ApiKey.from_db(db, _FIELDS, [attrs[name] for name in _FIELDS])
+    key = ApiKey.__new__(ApiKey)
+    key.__dict__.update(attrs)
+    state = key._state = ModelState()
+    state.adding = False
+    state.db = db
+    return key
 
 
 _entries: dict[str, _Entry] = {}
@@ -80,7 +99,7 @@ def key_with_digest(digest: str, *, within: float | None = None) -> ApiKey | Non
     now = time.monotonic()
     entry = _entries.get(digest)
     if entry is not None and now - entry.read_at < (settings.KEY_CACHE_SECONDS if within is None else within):
-        key = ApiKey.from_db(router.db_for_read(ApiKey), _FIELDS, entry.values)
+        key = _key_from(entry.attrs, router.db_for_read(ApiKey))
         key.cached_row = entry
         return key
     return _read(digest, version=_seen, now=now)
@@ -97,7 +116,7 @@ def _read(digest: str, *, version: str | None, now: float) -> ApiKey | None:
     if settings.KEY_CACHE_SECONDS > 0:
         if len(_entries) >= _MAX_ENTRIES:
             _entries.clear()
-        _entries[digest] = _Entry(now, version, tuple(getattr(key, name) for name in _FIELDS))
+        _entries[digest] = _Entry(now, version, {name: getattr(key, name) for name in _FIELDS})
     key.cached_row = None
     return key
 
@@ -130,9 +149,7 @@ def note_credits(digest: str, credits: int) -> None:
     """The balance a charge left: what a refusal before the next charge reports (X-Remaining-Credits)."""
     entry = _entries.get(digest)
     if entry is not None:
-        values = list(entry.values)
-        values[_CREDITS] = credits
-        entry.values = tuple(values)
+        entry.attrs = {**entry.attrs, "credits": credits}
 
 
 def new_version() -> str:

@@ -64,6 +64,35 @@ def test_the_cache_builds_the_complete_key_as_the_orm_would(free_key):
         field.attname: getattr(expected, field.attname) for field in ApiKey._meta.concrete_fields}
     assert found.owner_category == "bots"
     assert key_with_digest("0" * 64) is None
+    # The instance itself, not only its fields: what Model.from_db would have made.
+    orm_built = ApiKey.from_db(found._state.db, [field.attname for field in ApiKey._meta.concrete_fields],
+                               [getattr(expected, field.attname) for field in ApiKey._meta.concrete_fields])
+    assert {**vars(found), "_state": None, "cached_row": None} == {**vars(orm_built), "_state": None,
+                                                                  "cached_row": None}
+    assert (found._state.adding, found._state.db) == (False, "default") and found._state.fields_cache == {}
+    found.name = "renamed"
+    found.save(update_fields=["name"])
+    assert ApiKey.objects.get(pk=key.pk).name == "renamed"
+
+
+def test_a_cached_key_sends_the_model_signals_once_a_receiver_listens(free_key):
+    from django.db.models.signals import post_init
+
+    from keys.auth_cache import key_with_digest
+
+    key, _ = free_key
+    key_with_digest(key.digest)
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance)
+
+    post_init.connect(receiver, sender=ApiKey)
+    try:
+        found = key_with_digest(key.digest)  # from the cache
+    finally:
+        post_init.disconnect(receiver, sender=ApiKey)
+    assert seen == [found] and found.cached_row is not None
 
 
 def test_a_cached_key_is_read_again_after_its_seconds(free_key, settings, monkeypatch):

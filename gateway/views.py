@@ -134,7 +134,7 @@ class MeteredView(KeyLimitedView):
 
     def validate(self, body: dict) -> tuple[dict, set]:
         """(validated parameters, the names the client sent)."""
-        return self.request_serializer(data=body).validated()
+        return self.request_serializer.with_data(body).validated()
 
     def operate(self, request, params: dict, sent: set) -> services.Outcome:
         raise NotImplementedError

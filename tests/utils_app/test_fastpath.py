@@ -41,8 +41,8 @@ PAYLOADS = [
 ]
 
 
-def _outcome(serializer_class, payload, **plain):
-    serializer = serializer_class(data=payload, **plain)
+def _outcome(serializer_class, payload, *, copied=False, **plain):
+    serializer = serializer_class.with_data(payload) if copied else serializer_class(data=payload, **plain)
     valid = serializer.is_valid()
     # Items, in order: the same members in the same order, the same errors in the same order.
     return valid, _ordered(serializer.validated_data if valid else serializer.errors)
@@ -78,6 +78,24 @@ def test_shared_fields_and_given_fields_only_validate_exactly_as_drfs_own_path(s
     shared = _outcome(serializer_class, payload)
     plain = _outcome(serializer_class, payload, context={"plain": True})
     assert shared == plain
+    assert _outcome(serializer_class, payload, copied=True) == plain  # SharedFields.with_data
+
+
+def test_a_serializer_made_with_data_is_the_one_drf_makes_and_shares_no_state():
+    made = ChatCompletionRequest(data=PAYLOADS[0])
+    made.fields  # noqa: B018 - binds them, as validating does
+    copied = ChatCompletionRequest.with_data(PAYLOADS[0])
+    # All the same attributes and values but the counter DRF numbers each field it makes with.
+    assert {**vars(copied), "_creation_counter": 0} == {**vars(made), "_creation_counter": 0}
+    assert copied.fields is made.fields
+    invalid, valid = ChatCompletionRequest.with_data(PAYLOADS[3]), ChatCompletionRequest.with_data(PAYLOADS[1])
+    assert not invalid.is_valid() and valid.is_valid()
+    assert valid.errors == {} and "messages" in invalid.errors
+    assert valid.validated_data["max_tokens"] == 7 and invalid._validated_data == {}
+    for one in (invalid, valid):
+        assert one._context is not ChatCompletionRequest.__dict__["_prototype"]._context
+    prototype = ChatCompletionRequest.__dict__["_prototype"]
+    assert not hasattr(prototype, "initial_data") and not hasattr(prototype, "_errors")
 
 
 def test_given_fields_only_visits_the_named_fields_and_those_acting_when_left_out(monkeypatch):

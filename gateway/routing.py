@@ -157,6 +157,8 @@ def choose(model: AiModel, health: Health, *, skip: set, now: float | None = Non
 
 
 def _weighted(group: list[Deployment], rng) -> Deployment:
+    if len(group) == 1:  # the usual pool of one: nothing to draw
+        return group[0]
     weighted = [deployment for deployment in group if deployment.weight > 0]
     if not weighted:  # all zero: uniformly
         return rng.choice(group)

@@ -19,6 +19,11 @@ With --callgrind the Python process runs under valgrind's callgrind, which count
 it executes for the measured requests only (instrumentation is switched on and off around them):
 a count other work on the machine does not change, so differences of a few per cent show.
 
+With --cprofile DIR each measuring process also runs its measured requests under cProfile and
+writes the statistics to DIR (one file per source and round, for pstats): which functions a
+request calls, and how often, on the same path as the counts above. Its timings carry cProfile's
+own cost; read the call counts, and the timings only against each other.
+
 With --greenlets the measuring process is patched by gevent and runs each request in a greenlet of
 its own, as the production worker does: what Django keeps per context (its cache objects) is then
 made anew for every request, as it is when served.
@@ -54,7 +59,8 @@ BODY = json.dumps({"model": "bench-chat", "messages": [{"role": "system", "conte
                                                         {"role": "user", "content": "Say hello to the benchmark."}]})
 
 
-def worker(requests: int, keys_file: Path, callgrind: bool = False, greenlets: bool = False) -> None:
+def worker(requests: int, keys_file: Path, callgrind: bool = False, greenlets: bool = False,
+           cprofile: Path | None = None) -> None:
     """In the source's folder, with its gateway's environment: warm up, wait for the go, measure, report."""
     sys.path.insert(0, os.getcwd())
     import profile_request
@@ -82,18 +88,29 @@ def worker(requests: int, keys_file: Path, callgrind: bool = False, greenlets: b
     sys.stdin.readline()
     if callgrind:  # count instructions of the measured requests only (valgrind started with --instr-atstart=no)
         subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], check=True, stdout=subprocess.DEVNULL)
+    profiler = None
+    if cprofile is not None:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     cpu, wall = time.thread_time(), time.perf_counter()
     for index in range(requests):
         send(index)
     cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(cprofile)
     if callgrind:
         subprocess.run(["callgrind_control", "-i", "off", str(os.getpid())], check=True, stdout=subprocess.DEVNULL)
     print(json.dumps({"cpu_ms": cpu * 1000 / requests, "wall_ms": wall * 1000 / requests}), flush=True)
 
 
-def measure(gateway: harness.Gateway, args, postgres, redis, callgrind_out: Path | None = None) -> dict:
+def measure(gateway: harness.Gateway, args, postgres, redis, callgrind_out: Path | None = None,
+            cprofile_out: Path | None = None) -> dict:
     command = [harness.PYTHON, str(Path(__file__).resolve()), "--worker", "--requests", str(args.requests),
-               "--keys-file", str(gateway.keys_file), *(["--greenlets"] if args.greenlets else [])]
+               "--keys-file", str(gateway.keys_file), *(["--greenlets"] if args.greenlets else []),
+               *(["--cprofile", str(cprofile_out)] if cprofile_out is not None else [])]
     if callgrind_out is not None:
         command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={callgrind_out}",
                    *command, "--callgrind"]
@@ -141,6 +158,8 @@ def main() -> None:
     parser.add_argument("--greenlets", action="store_true",
                         help="as a gevent worker: sockets patched, each request in a greenlet of its own (whose "
                              "context starts empty: what Django keeps per context is made anew per request)")
+    parser.add_argument("--cprofile", type=Path, help="also write each measuring process's cProfile statistics "
+                                                      "to this folder (call counts; timings inflated)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--keys-file", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--quiet", type=float, default=0.5, help="as bench/request_cpu.py's")
@@ -149,7 +168,7 @@ def main() -> None:
     args = parser.parse_args()
     harness.stop_on_sigterm()
     if args.worker:
-        worker(args.requests, args.keys_file, args.callgrind, args.greenlets)
+        worker(args.requests, args.keys_file, args.callgrind, args.greenlets, args.cprofile)
         return
     backend = "embedded" if args.backend == "sqlite" else args.backend
     sources = [request_cpu.parse_source(spec) for spec in args.source]
@@ -177,7 +196,11 @@ def main() -> None:
             for source, gateway in order:
                 busy = request_cpu.wait_for_quiet(args.quiet, args.max_wait)
                 out = workdir / f"callgrind-{number}-{gateways.index(gateway)}.out" if args.callgrind else None
-                result = measure(gateway, args, postgres, redis, out)
+                profile_out = None
+                if args.cprofile is not None:
+                    args.cprofile.mkdir(parents=True, exist_ok=True)
+                    profile_out = args.cprofile.resolve() / f"source{gateways.index(gateway)}-round{number}.pstats"
+                result = measure(gateway, args, postgres, redis, out, profile_out)
                 result["busy_before"] = busy
                 results[source.label].append(result)
                 harness.log(f"round {number} {source.label}: " + ", ".join(

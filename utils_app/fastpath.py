@@ -1,6 +1,6 @@
 """The request path's shortcuts past framework internals, each kept only while a benchmark shows it pays.
 
-Three remain (docs/performance.md has their figures; tests/utils_app/test_fastpath.py
+Four remain (docs/performance.md has their figures; tests/utils_app/test_fastpath.py
 proves each returns what the plain path returns):
 
 - SharedFields: a request serializer binds its declared fields once per class instead of
@@ -10,6 +10,10 @@ proves each returns what the plain path returns):
 - GivenFieldsOnly: a request serializer validates the members the data names and the fields
   that act when left out, not every declared field (DRF raises and catches a SkipField for
   each one left out). Relies on Serializer._writable_fields and DRF's field API.
+- QuickSerializer: a valid request body is validated in one pass over the serializer's plan,
+  with the strict fields' own quick checks, instead of DRF's run_validation at every level;
+  anything the quick path cannot vouch for is validated DRF's way from the start, so errors
+  are DRF's own. Relies on the same API, and on DRF's order of validation steps.
 - ScriptedRedisCache.run_script: a Lua script in one round trip through the Redis client
   of Django's cache (Django's RedisCache._cache is private), with other commands sent
   beside it, so both request windows of a key are counted, and the routing's health read,
@@ -155,6 +159,123 @@ class GivenFieldsOnly:
         if errors:
             raise ValidationError(errors)
         return values
+
+
+# ---------------------------------------------------------------- quick validation
+
+class Unsure(Exception):
+    """A quick check cannot vouch for a value: DRF's own path decides, and words any error."""
+
+
+# What makes the quick path hand a body to DRF's: its own doubt, or an error a field or validator raised.
+NOT_QUICK = (Unsure, ValidationError, DjangoValidationError, SkipField)
+
+# to_internal_value functions the quick path reproduces -> whether they refuse members not declared.
+_REPRODUCED: dict = {}
+
+
+def reproduced(*, refuses_unknown: bool):
+    """Marks a serializer's to_internal_value as one the quick path does the same as (``quick_check``)."""
+    def mark(function):
+        _REPRODUCED[function] = refuses_unknown
+        return function
+    return mark
+
+
+def quick_check(field):
+    """A callable giving what ``field.run_validation(value)`` gives for a value that is neither absent nor
+    null, or raising one of NOT_QUICK when it cannot tell (the value may be invalid, or unusual).
+
+    A field class may offer a faster one through a ``quick_check()`` method of its own (the strict
+    fields do, each for its exact class only); a serializer whose validation is the one described in
+    QuickSerializer gets one; any other field is checked by its own run_validation.
+    """
+    found = field.__dict__.get("_quick_check")
+    if found is None:
+        offered = getattr(field, "quick_check", None)
+        found = offered() if offered is not None else None
+        if found is None and isinstance(field, serializers.Serializer):
+            found = QuickSerializer.of(field)
+        if found is None:
+            found = field.run_validation
+        field.__dict__["_quick_check"] = found
+    return found
+
+
+class QuickSerializer:
+    """A serializer's validation of a valid body without DRF's walk over every declared field.
+
+    DRF's Serializer.run_validation, for a serializer that keeps its own validation (no validators,
+    its to_internal_value GivenFieldsOnly's or one marked ``reproduced``): each declared writable
+    field, in order, takes the member of its name (run through ``quick_check``), or its default when
+    left out; a null goes through as None where the field allows it; then ``validate_<name>`` and
+    the serializer's ``validate``. Anything else (a member not declared where that is refused, a
+    required one left out, a null not allowed, a value a check cannot vouch for) raises Unsure, and
+    the caller validates the body DRF's way from the start: errors are always DRF's own. For a
+    chat request this is most of validating it (docs/performance.md).
+    """
+
+    def __init__(self, serializer, refuses_unknown: bool):
+        self.serializer = serializer
+        self.refuses_unknown = refuses_unknown
+        self.names = frozenset(serializer.fields)
+        self.plan = [(field.field_name, field, quick_check(field),
+                      f"validate_{field.field_name}" if hasattr(serializer, f"validate_{field.field_name}") else None)
+                     for field in serializer._writable_fields]
+
+    @classmethod
+    def of(cls, serializer) -> "QuickSerializer | None":
+        """The quick validation of ``serializer`` (bound, with its fields), or None when it validates its own way."""
+        kind = type(serializer)
+        refuses_unknown = _REPRODUCED.get(kind.to_internal_value)
+        # Its validators as DRF's run_validators would find them, without caching them on the instance.
+        validators = serializer.__dict__.get("_validators")
+        if validators is None:
+            validators = serializer.get_validators()
+        if (refuses_unknown is None or serializer.partial or validators
+                or kind.run_validation is not serializers.Serializer.run_validation
+                or kind.run_validators is not serializers.Serializer.run_validators
+                or kind.validate_empty_values is not serializers.Serializer.validate_empty_values):
+            return None
+        if any(field.source_attrs != [field.field_name] for field in serializer._writable_fields):
+            return None
+        return cls(serializer, refuses_unknown)
+
+    def __call__(self, data):
+        return self.run(data, self.serializer)
+
+    def run(self, data, serializer):
+        """The validated data of ``data`` for ``serializer`` (this one's, or a copy with the same fields)."""
+        if type(data) is not dict:
+            raise Unsure
+        if self.refuses_unknown:
+            names = self.names
+            for name in data:
+                if name not in names:
+                    raise Unsure
+        values = {}
+        for name, field, check, validate_name in self.plan:
+            if name in data:
+                value = data[name]
+                if value is not None:
+                    value = check(value)
+                elif not field.allow_null:
+                    raise Unsure
+            elif field.required:
+                raise Unsure
+            elif field.default is empty:
+                continue
+            else:
+                value = field.get_default()
+            if validate_name is not None:
+                value = getattr(serializer, validate_name)(value)
+            values[name] = value
+        if self.refuses_unknown:  # StrictSerializer: a null means "not given"
+            values = {name: value for name, value in values.items() if value is not None}
+        return serializer.validate(values)
+
+
+_reproduced_given_fields_only = reproduced(refuses_unknown=False)(GivenFieldsOnly.to_internal_value)
 
 
 # One Redis client per process and server list: its connection pools, and the scripts the server knows.

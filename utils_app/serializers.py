@@ -15,13 +15,21 @@ merges them back in (as the gateway's image, speech and embeddings requests do).
 """
 from collections.abc import Mapping
 
-from django.core.validators import RegexValidator
+from django.core.validators import (
+    MaxLengthValidator,
+    MaxValueValidator,
+    MinLengthValidator,
+    MinValueValidator,
+    ProhibitNullCharactersValidator,
+    RegexValidator,
+)
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail, ValidationError
+from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
-from utils_app.fastpath import GivenFieldsOnly, SharedFields
+from utils_app.fastpath import NOT_QUICK, GivenFieldsOnly, QuickSerializer, SharedFields, Unsure, quick_check, reproduced
 
 # PostgreSQL bigint: a larger figure would fail in the database as a 500, not a 400.
 BIGINT_MIN = -(2**63)
@@ -31,6 +39,32 @@ BIGINT_MAX = 2**63 - 1
 def fail(message: str, code: str = "invalid"):
     """Raise a validation error from a custom field or validate_* method."""
     raise ValidationError(ErrorDetail(message, code=code))
+
+
+# ---------------------------------------------------------------- quick checks (utils_app.fastpath.quick_check)
+
+def _limits(validators, low_kind, high_kind):
+    """(lowest, highest, the validators besides those two) of a field: the bounds its Min/Max validators set."""
+    low = high = None
+    others = []
+    for validator in validators:
+        kind = type(validator)
+        if kind is low_kind and not callable(validator.limit_value):
+            low = validator.limit_value if low is None else max(low, validator.limit_value)
+        elif kind is high_kind and not callable(validator.limit_value):
+            high = validator.limit_value if high is None else min(high, validator.limit_value)
+        else:
+            others.append(validator)
+    return low, high, others
+
+
+def _run_others(field, others, value) -> None:
+    """The rest of a field's validators, as DRF's run_validators calls them (any error is raised)."""
+    for validator in others:
+        if getattr(validator, "requires_context", False):
+            validator(value, field)
+        else:
+            validator(value)
 
 
 # ---------------------------------------------------------------- strict scalar fields
@@ -62,6 +96,43 @@ class StrictCharField(serializers.CharField):
             self.fail("invalid")
         return super().to_internal_value(data)
 
+    def quick_check(self):
+        """What run_validation returns for a non-empty string its validators pass: the string itself."""
+        if type(self) is not StrictCharField or self.trim_whitespace:
+            return None
+        shortest, longest, rest = _limits(self.validators, MinLengthValidator, MaxLengthValidator)
+        shortest = max(shortest or 0, 1)  # the empty string is for CharField.run_validation to judge
+        longest = float("inf") if longest is None else longest
+        no_nul = no_surrogates = False
+        patterns, others = [], []
+        for validator in rest:
+            kind = type(validator)
+            if kind is ProhibitNullCharactersValidator:
+                no_nul = True
+            elif kind is ProhibitSurrogateCharactersValidator:
+                no_surrogates = True
+            elif kind is RegexValidator:
+                patterns.append((validator.regex, validator.inverse_match))
+            else:
+                others.append(validator)
+
+        def check(value):
+            if type(value) is not str or not shortest <= len(value) <= longest:
+                raise Unsure
+            if no_nul and "\x00" in value:
+                raise Unsure
+            if no_surrogates and not value.isascii():
+                try:
+                    value.encode("utf-8")  # fails on exactly the code points U+D800 to U+DFFF
+                except UnicodeEncodeError:
+                    raise Unsure from None
+            for pattern, inverse in patterns:
+                if (pattern.search(value) is not None) is inverse:
+                    raise Unsure
+            _run_others(self, others, value)
+            return value
+        return check
+
 
 class StrictChoiceField(serializers.ChoiceField):
     """A JSON string that is one of the choices (the OpenAPI schema lists them as an enum)."""
@@ -74,6 +145,18 @@ class StrictChoiceField(serializers.ChoiceField):
         if data not in self.choices:
             self.fail("invalid_choice", choices=", ".join(map(str, self.choices)))
         return data
+
+    def quick_check(self):
+        if type(self) is not StrictChoiceField:
+            return None
+        choices, others = self.choices, list(self.validators)
+
+        def check(value):
+            if type(value) is not str or value not in choices:
+                raise Unsure
+            _run_others(self, others, value)
+            return value
+        return check
 
 
 @extend_schema_field(OpenApiTypes.INT)
@@ -100,6 +183,21 @@ class StrictIntegerField(serializers.IntegerField):
             self.fail("too_small", limit=BIGINT_MIN)
         return data
 
+    def quick_check(self):
+        if type(self) is not StrictIntegerField:
+            return None
+        low, high, others = _limits(self.validators, MinValueValidator, MaxValueValidator)
+        if self.bigint:
+            low, high = max(BIGINT_MIN, BIGINT_MIN if low is None else low), min(BIGINT_MAX, BIGINT_MAX if high is None
+                                                                                 else high)
+
+        def check(value):
+            if type(value) is not int or (low is not None and value < low) or (high is not None and value > high):
+                raise Unsure
+            _run_others(self, others, value)
+            return value
+        return check
+
 
 @extend_schema_field(OpenApiTypes.NUMBER)
 class StrictFloatField(serializers.FloatField):
@@ -124,6 +222,16 @@ class StrictBooleanField(serializers.BooleanField):
         if not isinstance(data, bool):
             self.fail("invalid")
         return data
+
+    def quick_check(self):
+        if type(self) is not StrictBooleanField or self.validators:
+            return None
+
+        def check(value):
+            if type(value) is not bool:
+                raise Unsure
+            return value
+        return check
 
 
 @extend_schema_field(OpenApiTypes.OBJECT)
@@ -153,6 +261,23 @@ class StrictListField(serializers.ListField):
             kwargs.setdefault("error_messages", {})["min_length"] = self.default_error_messages["empty"]
         super().__init__(**kwargs)
 
+    def quick_check(self):
+        """Each item through the child's quick check, then the list's length."""
+        if type(self) is not StrictListField:
+            return None
+        item = quick_check(self.child)
+        shortest, longest, others = _limits(self.validators, MinLengthValidator, MaxLengthValidator)
+        shortest = max(shortest or 0, 0 if self.allow_empty else 1)
+        longest = float("inf") if longest is None else longest
+
+        def check(value):
+            if type(value) is not list or not shortest <= len(value) <= longest:
+                raise Unsure
+            items = [item(one) for one in value]
+            _run_others(self, others, items)
+            return items
+        return check
+
 
 def optional(field_class, **kwargs):
     """A member that may be left out or sent as null (which then counts as not sent)."""
@@ -174,6 +299,7 @@ class StrictSerializer(SharedFields, GivenFieldsOnly, serializers.Serializer):
 
     # Validates with fields bound once per class (utils_app.fastpath.SharedFields).
 
+    @reproduced(refuses_unknown=True)
     def to_internal_value(self, data):
         # Not a mapping: DRF's own "Expected a dictionary" error, not one error per character.
         if isinstance(data, Mapping):
@@ -186,8 +312,31 @@ class StrictSerializer(SharedFields, GivenFieldsOnly, serializers.Serializer):
         return {name: value for name, value in validated.items() if value is not None}
 
     def validated(self) -> tuple[dict, set]:
-        """(validated members with defaults, names the client actually sent with a value); raises when invalid."""
+        """(validated members with defaults, names the client actually sent with a value); raises when invalid.
+
+        A body the quick path vouches for (utils_app.fastpath.QuickSerializer) is not validated again;
+        any other is validated DRF's way, which raises its errors.
+        """
+        quick = self._quick()
+        if quick is not None:
+            try:
+                self._validated_data, self._errors = quick.run(self.initial_data, self), {}
+            except NOT_QUICK:
+                pass
         self.is_valid(raise_exception=True)
         data = dict(self.validated_data)
         sent = {name for name, value in self.initial_data.items() if value is not None}
         return data, sent
+
+    def _quick(self) -> QuickSerializer | None:
+        """The class's quick validation, for an instance validating with the class's shared fields."""
+        if self.parent is not None or self.partial or self._context or not hasattr(self, "initial_data"):
+            return None
+        kind = type(self)
+        if self.fields is not kind._class_fields():
+            return None
+        quick = kind.__dict__.get("_quick_serializer", False)
+        if quick is False:
+            quick = QuickSerializer.of(kind.__dict__["_prototype"])
+            kind._quick_serializer = quick
+        return quick

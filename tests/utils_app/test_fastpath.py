@@ -2,9 +2,13 @@
 import pytest
 from django.conf import settings
 from django.core.cache import cache, caches
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+from rest_framework import serializers as drf_serializers
 
 from gateway.serializers import ChatCompletionRequest
-from utils_app.fastpath import ScriptedRedisCache
+from utils_app.fastpath import NOT_QUICK, ScriptedRedisCache
 
 PAYLOADS = [
     {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
@@ -79,6 +83,84 @@ def test_shared_fields_and_given_fields_only_validate_exactly_as_drfs_own_path(s
     plain = _outcome(serializer_class, payload, context={"plain": True})
     assert shared == plain
     assert _outcome(serializer_class, payload, copied=True) == plain  # SharedFields.with_data
+    _assert_quick_agrees(serializer_class, payload)
+
+
+def _assert_quick_agrees(serializer_class, payload) -> bool:
+    """The quick path (QuickSerializer) returns DRF's validated data, in order, or gives the body to DRF;
+    never a value for a body DRF refuses. Returns whether it vouched for the body."""
+    plain = serializer_class(data=payload, context={"plain": True})
+    valid = plain.is_valid()
+    serializer = serializer_class.with_data(payload)
+    quick = serializer._quick()
+    if quick is None:
+        return False
+    try:
+        found = quick.run(payload, serializer)
+    except NOT_QUICK:
+        return False
+    assert valid, f"the quick path let through what DRF refuses: {plain.errors}"
+    assert _ordered(found) == _ordered(plain.validated_data)
+    return True
+
+
+def test_a_valid_chat_body_is_validated_once_by_the_quick_path(monkeypatch):
+    calls = []
+    original = drf_serializers.Serializer.run_validation
+
+    def counting(self, data=drf_serializers.empty):
+        calls.append(type(self).__name__)
+        return original(self, data)
+
+    monkeypatch.setattr(drf_serializers.Serializer, "run_validation", counting)
+    for payload in (PAYLOADS[0], PAYLOADS[1], PAYLOADS[7]):
+        expected = ChatCompletionRequest(data=payload, context={"plain": True})
+        assert expected.is_valid()
+        calls.clear()
+        data, sent = ChatCompletionRequest.with_data(payload).validated()
+        assert calls == []  # neither the request's nor a message's DRF validation ran
+        assert data == dict(expected.validated_data) and list(data) == list(expected.validated_data)
+        assert sent == {name for name, value in payload.items() if value is not None}
+    calls.clear()
+    with pytest.raises(drf_serializers.ValidationError):
+        ChatCompletionRequest.with_data(PAYLOADS[3]).validated()  # refused: DRF's path words the error
+    assert calls[0] == "ChatCompletionRequest"
+
+
+_TEXT = st.one_of(st.sampled_from(["", " ", "hi", "m", "user", "gpt-4o", "x" * 300, "a\x00b", "\ud800", "é",
+                                   " padded ", "bench-chat"]), st.text(max_size=12))
+_SCALAR = st.one_of(st.none(), st.booleans(), st.integers(-3, 300), st.floats(allow_nan=True), _TEXT)
+_NAME = st.sampled_from(["m", "gpt-4o", "bench-chat", "Say hello.", "ünïcode ✓", "x" * 300])
+
+
+def _mostly(good):
+    """A value of the member's own kind (mostly in range), or, about one time in eight, anything at all."""
+    return st.tuples(st.integers(0, 7), good, _SCALAR).map(lambda drawn: drawn[2] if drawn[0] == 7 else drawn[1])
+
+
+_PART = st.fixed_dictionaries({"type": st.sampled_from(["text", "image_url", 3])}, optional={"text": _SCALAR})
+_TOOL_CALL = st.fixed_dictionaries({"id": _TEXT, "type": _TEXT, "function": st.just({"name": "f"})})
+_MESSAGE = st.fixed_dictionaries({
+    "role": _mostly(st.sampled_from(["system", "user", "assistant", "tool", "developer", "wizard"])),
+    "content": _mostly(st.one_of(_NAME, _TEXT, st.lists(_PART, max_size=2)))}, optional={
+    "name": _mostly(st.one_of(_NAME, _TEXT)), "tool_call_id": _mostly(st.one_of(_NAME, _TEXT)), "tool_calls": _mostly(st.lists(_TOOL_CALL, max_size=2)),
+    "function_call": st.just({"name": "f", "arguments": "{}"}), "extra": _SCALAR})
+# Every message-level surprise above is dropped, not refused; a request-level one is refused.
+_CHAT = st.fixed_dictionaries({"model": _mostly(st.one_of(_NAME, _TEXT)),
+                               "messages": _mostly(st.lists(_MESSAGE, min_size=1, max_size=3))}, optional={
+    "stream": _mostly(st.booleans()),
+    "stream_options": _mostly(st.fixed_dictionaries({}, optional={"include_usage": _mostly(st.booleans())})),
+    "temperature": _mostly(st.one_of(st.floats(0, 2), st.integers(-1, 3))), "top_p": _mostly(st.floats(0, 1)),
+    "max_tokens": _mostly(st.integers(-1, 10**7)), "n": _mostly(st.integers(0, 12)), "user": _mostly(st.one_of(_NAME, _TEXT)),
+    "seed": _mostly(st.integers(-2**70, 2**70)), "stop": _mostly(st.one_of(_TEXT, st.lists(_TEXT, max_size=5))),
+    "logprobs": _mostly(st.booleans()), "top_logprobs": _mostly(st.integers(-1, 22)),
+    "parallel_tool_calls": _mostly(st.booleans())})
+
+
+@hypothesis_settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck))
+@given(body=_CHAT)
+def test_the_quick_path_agrees_with_drf_on_generated_chat_bodies(body):
+    _assert_quick_agrees(ChatCompletionRequest, body)
 
 
 def test_a_serializer_made_with_data_is_the_one_drf_makes_and_shares_no_state():

@@ -99,6 +99,16 @@ def test_a_bad_database_url_names_the_variable(url):
         env.database_from_url(url, data_dir=None)
 
 
+def test_database_and_redis_urls_may_name_unix_sockets():
+    config = env.database_from_url("postgres://gateway@/gateway?host=/var/run/postgresql", data_dir=None)
+    # No host of Django's own: psycopg connects through the socket in the folder the option names.
+    assert (config["HOST"], config["PORT"], config["NAME"]) == ("", "", "gateway")
+    assert config["OPTIONS"]["host"] == "/var/run/postgresql"
+    cache = env.cache_from_url("unix:///var/run/redis/redis-server.sock?db=0")
+    assert cache["BACKEND"].endswith("RedisCache")
+    assert cache["LOCATION"] == "unix:///var/run/redis/redis-server.sock?db=0"
+
+
 def test_redis_url_selects_the_redis_cache():
     assert env.cache_from_url("")["BACKEND"].endswith("LocMemCache")
     assert env.cache_from_url("redis://127.0.0.1:6379/2")["BACKEND"].endswith("RedisCache")

@@ -237,7 +237,9 @@ class QuickSerializer:
                 or kind.run_validators is not serializers.Serializer.run_validators
                 or kind.validate_empty_values is not serializers.Serializer.validate_empty_values):
             return None
-        if any(field.source_attrs != [field.field_name] for field in serializer._writable_fields):
+        # Each member read by its name, as DRF's own get_value reads a JSON object's.
+        if any(field.source_attrs != [field.field_name] or type(field).get_value not in _PLAIN_GET_VALUE
+               for field in serializer._writable_fields):
             return None
         return cls(serializer, refuses_unknown)
 
@@ -276,6 +278,10 @@ class QuickSerializer:
 
 
 _reproduced_given_fields_only = reproduced(refuses_unknown=False)(GivenFieldsOnly.to_internal_value)
+# DRF's get_value methods, which read a JSON object's member by the field's name (the others differ
+# for HTML form input only).
+_PLAIN_GET_VALUE = frozenset({serializers.Field.get_value, serializers.ListField.get_value,
+                              serializers.Serializer.get_value})
 
 
 # One Redis client per process and server list: its connection pools, and the scripts the server knows.

@@ -111,8 +111,8 @@ class StrictCharField(serializers.CharField):
                 no_nul = True
             elif kind is ProhibitSurrogateCharactersValidator:
                 no_surrogates = True
-            elif kind is RegexValidator:
-                patterns.append((validator.regex, validator.inverse_match))
+            elif kind is RegexValidator:  # its search, looked up once past Django's lazily compiled pattern
+                patterns.append((validator.regex.search, validator.inverse_match))
             else:
                 others.append(validator)
 
@@ -126,8 +126,8 @@ class StrictCharField(serializers.CharField):
                     value.encode("utf-8")  # fails on exactly the code points U+D800 to U+DFFF
                 except UnicodeEncodeError:
                     raise Unsure from None
-            for pattern, inverse in patterns:
-                if (pattern.search(value) is not None) is inverse:
+            for search, inverse in patterns:
+                if (search(value) is not None) is inverse:
                     raise Unsure
             _run_others(self, others, value)
             return value

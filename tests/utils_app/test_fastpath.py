@@ -127,6 +127,38 @@ def test_a_valid_chat_body_is_validated_once_by_the_quick_path(monkeypatch):
     assert calls[0] == "ChatCompletionRequest"
 
 
+def test_the_quick_path_steps_aside_for_a_serializer_that_validates_its_own_way():
+    from utils_app.serializers import StrictCharField, StrictSerializer
+
+    class ReadsItsOwnWay(StrictCharField):
+        def get_value(self, dictionary):
+            return dictionary.get("alias", super().get_value(dictionary))
+
+    class OwnGetValue(StrictSerializer):
+        name = ReadsItsOwnWay()
+
+    class OwnValidators(StrictSerializer):
+        name = StrictCharField()
+
+        class Meta:
+            validators = [lambda attrs: None]
+
+    class OwnToInternalValue(StrictSerializer):
+        name = StrictCharField()
+
+        def to_internal_value(self, data):
+            return {**super().to_internal_value(data), "extra": 1}
+
+    class Plain(StrictSerializer):
+        name = StrictCharField()
+
+    for kind in (OwnGetValue, OwnValidators, OwnToInternalValue):
+        assert kind.with_data({"name": "x"})._quick() is None, kind.__name__
+    assert Plain.with_data({"name": "x"})._quick() is not None
+    assert OwnToInternalValue.with_data({"name": "x"}).validated()[0] == {"name": "x", "extra": 1}
+    assert Plain(data={"name": "x"}, context={"plain": True})._quick() is None  # a context: DRF's path
+
+
 _TEXT = st.one_of(st.sampled_from(["", " ", "hi", "m", "user", "gpt-4o", "x" * 300, "a\x00b", "\ud800", "é",
                                    " padded ", "bench-chat"]), st.text(max_size=12))
 _SCALAR = st.one_of(st.none(), st.booleans(), st.integers(-3, 300), st.floats(allow_nan=True), _TEXT)

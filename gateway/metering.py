@@ -110,7 +110,7 @@ def charge(*, key: ApiKey, model: AiModel, operation: str, amount: int, request_
     if idempotency is None and db.vendor == "postgresql":
         row = _take(params, db)  # one statement in autocommit: no BEGIN/COMMIT round trips
     else:
-        row = _take_with_claim(params, key=key, idempotency=idempotency)
+        row = _take_with_claim(params, db, key=key, idempotency=idempotency)
     if row is None:
         return _refused(key=key, model=model, operation=operation, amount=amount, request_id=request_id,
                         idempotency=idempotency)
@@ -119,11 +119,11 @@ def charge(*, key: ApiKey, model: AiModel, operation: str, amount: int, request_
     return row[0]
 
 
-def _take_with_claim(params: dict, *, key: ApiKey, idempotency: Idempotency | None):
+def _take_with_claim(params: dict, db, *, key: ApiKey, idempotency: Idempotency | None):
     """The charge in a transaction: SQLite's two statements, and the Idempotency-Key's record."""
     try:
-        with one_writer_at_a_time(connection), transaction.atomic():
-            row = _take(params, connection)
+        with one_writer_at_a_time(db), transaction.atomic(using=db.alias):
+            row = _take(params, db)
             if row is not None and idempotency is not None:
                 IdempotentRequest.objects.create(key_id=key.pk, idempotency_key=idempotency.key,
                                                  request_hash=idempotency.request_hash, entry_id=row[0],
@@ -201,7 +201,7 @@ def complete(*, entry: int, key: ApiKey, model: AiModel, operation: str, provide
     if db.vendor == "postgresql":
         return db.run_one(COMPLETE_POSTGRES, params)[1] == 1
     with db.cursor() as cursor:
-        with one_writer_at_a_time(connection), transaction.atomic():
+        with one_writer_at_a_time(db), transaction.atomic(using=db.alias):
             cursor.execute(COMPLETE_SQLITE[0], params)
             settled = cursor.fetchone()
             if settled is None:

@@ -120,6 +120,27 @@ class SharedFields:
         return serializer
 
 
+# ---------------------------------------------------------------- quick validation: its markers
+
+class Unsure(Exception):
+    """A quick check cannot vouch for a value: DRF's own path decides, and words any error."""
+
+
+# What makes the quick path hand a body to DRF's: its own doubt, or an error a field or validator raised.
+NOT_QUICK = (Unsure, ValidationError, DjangoValidationError, SkipField)
+
+# to_internal_value functions the quick path reproduces -> whether they refuse members not declared.
+_REPRODUCED: dict = {}
+
+
+def reproduced(*, refuses_unknown: bool):
+    """Marks a serializer's to_internal_value as one the quick path does the same as (``quick_check``)."""
+    def mark(function):
+        _REPRODUCED[function] = refuses_unknown
+        return function
+    return mark
+
+
 class GivenFieldsOnly:
     """Mixed into a Serializer: validation visits only the fields the data names, and those that act
     when left out (required ones, which fail, and ones with a default, which supply it).
@@ -134,6 +155,7 @@ class GivenFieldsOnly:
     the tests compare this one against.
     """
 
+    @reproduced(refuses_unknown=False)
     def to_internal_value(self, data):
         root = self.root
         if not isinstance(data, Mapping) or root.partial or root._context:
@@ -162,25 +184,6 @@ class GivenFieldsOnly:
 
 
 # ---------------------------------------------------------------- quick validation
-
-class Unsure(Exception):
-    """A quick check cannot vouch for a value: DRF's own path decides, and words any error."""
-
-
-# What makes the quick path hand a body to DRF's: its own doubt, or an error a field or validator raised.
-NOT_QUICK = (Unsure, ValidationError, DjangoValidationError, SkipField)
-
-# to_internal_value functions the quick path reproduces -> whether they refuse members not declared.
-_REPRODUCED: dict = {}
-
-
-def reproduced(*, refuses_unknown: bool):
-    """Marks a serializer's to_internal_value as one the quick path does the same as (``quick_check``)."""
-    def mark(function):
-        _REPRODUCED[function] = refuses_unknown
-        return function
-    return mark
-
 
 def quick_check(field):
     """A callable giving what ``field.run_validation(value)`` gives for a value that is neither absent nor
@@ -277,7 +280,6 @@ class QuickSerializer:
         return serializer.validate(values)
 
 
-_reproduced_given_fields_only = reproduced(refuses_unknown=False)(GivenFieldsOnly.to_internal_value)
 # DRF's get_value methods, which read a JSON object's member by the field's name (the others differ
 # for HTML form input only).
 _PLAIN_GET_VALUE = frozenset({serializers.Field.get_value, serializers.ListField.get_value,

@@ -36,6 +36,12 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.fields import SkipField, empty, get_error_detail
 from rest_framework.utils.serializer_helpers import BindingDict
 
+try:
+    from hiredis import pack_command as _pack_command
+    from redis.connection import HiredisRespSerializer
+except ImportError:  # redis-py without hiredis packs in Python
+    _pack_command = HiredisRespSerializer = None
+
 
 def _build_fields(serializer) -> BindingDict:
     """What DRF's Serializer.fields does: deep-copy the declared fields and bind them to ``serializer``."""
@@ -325,6 +331,25 @@ class _Shared:
             connection.disconnect()
 
 
+def _packed(connection, commands: list[tuple]):
+    """The commands in Redis's protocol, as the connection's pack_commands would write them (a list of
+    chunks, as send_packed_command takes them).
+
+    With hiredis, each command is packed by hiredis.pack_command itself: redis-py's serializer calls
+    the same function per command after building the argument tuple again and looking for spaces in
+    the command's name. The commands here are the round
+    trips' own, made of names without spaces and str, bytes, int and float values, which pack_command
+    writes as redis-py would (tests/utils_app/test_fastpath.py compares the two). Otherwise (no
+    hiredis, a value of another type) the connection packs them.
+    """
+    if _pack_command is not None and isinstance(getattr(connection, "_command_packer", None), HiredisRespSerializer):
+        try:
+            return [b"".join([_pack_command(command) for command in commands])]
+        except TypeError:
+            pass  # a value pack_command does not take: redis-py's own error, or its own encoding
+    return connection.pack_commands(commands)
+
+
 def _read_replies(connection, count: int) -> list:
     """``count`` replies in order; an error reply is returned in its place (it was read whole)."""
     from redis.exceptions import ResponseError
@@ -381,7 +406,7 @@ class ScriptedRedisCache(RedisCache):
         while True:
             connection, reused = shared.take()
             try:
-                connection.send_packed_command(connection.pack_commands(commands), check_health=False)
+                connection.send_packed_command(_packed(connection, commands), check_health=False)
                 replies = _read_replies(connection, len(commands))
             except RedisConnectionError:
                 connection.disconnect()

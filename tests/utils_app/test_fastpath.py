@@ -366,3 +366,40 @@ def test_closing_the_caches_after_each_request_is_skipped_only_when_every_close_
         assert close_caches in _finishing_receivers()
     finally:
         signals.request_finished.disconnect(close_caches)
+
+
+ROUND_TRIP_COMMANDS = [
+    ("EVALSHA", "0" * 40, 3, ":1:w:key:7:60:29", ":1:w:key:7:3600:0", ":1:key-version", 2, 61, 3601, "9f" * 16),
+    ("SET", ":1:health", 0, "EX", 30, "NX"),
+    ("INCRBY", ":1:health", 1),
+    ("HINCRBY", ":1:h", "fail", -3),
+    ("HMGET", ":1:h", "ok", "fail"),
+    ("SET", ":1:ü-名前", "value with spaces", "PX", 1500),
+    ("SET", ":1:bytes", b"\x00\xff\r\n", "PX", 1),
+    ("SET", ":1:float", 1.5),
+    ("DEL", ":1:gone"),
+]
+
+
+def test_round_trip_commands_are_packed_as_the_connection_packs_them():
+    from redis.connection import Connection, PythonRespSerializer
+
+    from utils_app import fastpath
+
+    connection = Connection()  # never connected: packing needs no server
+    assert fastpath._pack_command is not None, "hiredis is pinned in requirements.txt"
+    expected = b"".join(connection.pack_commands(ROUND_TRIP_COMMANDS))
+    assert fastpath._packed(connection, ROUND_TRIP_COMMANDS) == [expected]
+    for command in ROUND_TRIP_COMMANDS:
+        assert fastpath._packed(connection, [command]) == [b"".join(connection.pack_commands([command]))]
+    # A value hiredis does not take goes to the connection: redis-py's own conversion, or its own error.
+    odd = [("SET", ":1:view", memoryview(b"abc")), ("SET", ":1:array", bytearray(b"xyz"))]
+    assert b"".join(fastpath._packed(connection, odd)) == b"".join(connection.pack_commands(odd))
+    from redis.exceptions import DataError
+
+    with pytest.raises(DataError):
+        fastpath._packed(connection, [("SET", ":1:none", None)])
+    # A connection that packs in Python (no hiredis serializer) packs for itself.
+    connection._command_packer = PythonRespSerializer(6000, connection.encoder.encode)
+    assert b"".join(fastpath._packed(connection, ROUND_TRIP_COMMANDS)) == b"".join(
+        connection.pack_commands(ROUND_TRIP_COMMANDS))

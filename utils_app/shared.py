@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.core.cache import cache
+from django.core.cache import DEFAULT_CACHE_ALIAS, cache, caches
 
 log = logging.getLogger("gateway.cache")
 
@@ -69,11 +69,14 @@ def key(name: str) -> str:
 
 # ---------------------------------------------------------------- Redis
 
-def commands(ops: list[Op]) -> list[tuple]:
-    """The ops' Redis commands, for one round trip (utils_app.fastpath: not atomic)."""
+def commands(ops: list[Op], make_key=None) -> list[tuple]:
+    """The ops' Redis commands, for one round trip (utils_app.fastpath: not atomic). ``make_key`` is the
+    cache's, when the caller already holds the cache (each use of Django's ``cache`` proxy is a lookup
+    in context-local storage)."""
+    make_key = make_key or cache.make_key
     sent = []
     for op in ops:
-        name = key(op.name)
+        name = make_key(op.name)
         if op.kind == "get":
             sent.append(("GET", name))
         elif op.kind == "hmget":
@@ -201,7 +204,8 @@ def run(ops: list[Op]) -> list | None:
     if not settings.SHARED_CACHE:
         return memory.run(ops)
     try:
-        return answers(ops, cache.round_trip(commands(ops)))
+        shared_cache = caches[DEFAULT_CACHE_ALIAS]  # looked up once: each use of the proxy is a lookup
+        return answers(ops, shared_cache.round_trip(commands(ops, shared_cache.make_key)))
     except Exception as exc:  # an outage of the shared cache must never fail a request
         warn_unreachable(exc)
         return None

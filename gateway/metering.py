@@ -97,13 +97,15 @@ def _now(db):
 
 
 def charge(*, key: ApiKey, model: AiModel, operation: str, amount: int, request_id: str,
-           idempotency: Idempotency | None = None) -> int:
+           idempotency: Idempotency | None = None, db=None) -> int:
     """Take ``amount`` credits and write the pending charge row; returns the row's id.
 
     Sets ``key.credits`` to the balance left. Raises 401/403/429/402 (in that order of
     checks) when the key may not be charged, 409 when the Idempotency-Key was just claimed.
+    ``db`` is the default database's wrapper of this context, when the caller looked it up.
     """
-    db = connections[DEFAULT_DB_ALIAS]  # the context's wrapper, looked up once (connection would each time)
+    if db is None:
+        db = connections[DEFAULT_DB_ALIAS]  # the context's wrapper, looked up once (connection would each time)
     params = {"amount": amount, "now": _now(db), "key": key.pk, "tier": key.tier, "request_id": request_id,
               "idempotency_key": idempotency.key if idempotency else None, "operation": operation,
               "model": model.model_id}

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, transaction
 
 from django.conf import settings
 
@@ -290,9 +290,10 @@ def admit(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1
     model = resolve_model(key=key, operation=operation, model_id=model_id)
     claim = idempotency.from_request(request)
     amount = model.cost * units
+    db = connections[DEFAULT_DB_ALIAS]  # the context's wrapper, looked up once for the charge and the release
     entry = metering.charge(key=key, model=model, operation=operation, amount=amount,
-                            request_id=request_id(request), idempotency=claim)
-    release_connection(connection)  # the upstream call needs no database
+                            request_id=request_id(request), idempotency=claim, db=db)
+    release_connection(db)  # the upstream call needs no database
     state = getattr(request, "limit_state", None)
     # The pool's health as the request's limits round trip read it (gateway.views), when it did.
     health = getattr(request, "routing_health", None)

@@ -64,6 +64,23 @@ def test_a_statement_run_alone_fails_with_djangos_error_and_its_connection_goes_
     assert connection.run_alone("SELECT %(x)s::int + 1", {"x": 1}) == ((2,), 1)
 
 
+def test_every_row_comes_back_alone_through_psycopg_and_inside_a_transaction(checkouts):
+    from decimal import Decimal
+
+    from django.db import transaction
+
+    many = "SELECT g, %(step)s * g FROM generate_series(1, 3) g"
+    release_connection(connection)
+    assert connection.run_alone(many, {"step": 2}, every_row=True) == ([(1, 2), (2, 4), (3, 6)], 3)
+    # A value only psycopg's cursor sends: its path gives every row too.
+    assert connection.run_alone(many, {"step": Decimal("0.5")}, every_row=True)[0] == [
+        (1, Decimal("0.5")), (2, Decimal("1.0")), (3, Decimal("1.5"))]
+    assert connection.run_alone("SELECT 1 WHERE false", {}, every_row=True) == ([], 0)
+    with transaction.atomic():
+        assert connection.run_one(many, {"step": 3}, every_row=True) == ([(1, 3), (2, 6), (3, 9)], 3)
+        assert connection.run_one(many, {"step": 3}) == ((1, 3), 3)
+
+
 def test_inside_a_transaction_the_statements_go_through_djangos_connection(seeded, free_key):
     from django.db import transaction
 
@@ -163,6 +180,43 @@ def test_a_statement_is_prepared_once_per_connection_and_parameter_types(own_con
     own_connection.prepare_threshold = None  # DATABASE_PREPARED_STATEMENTS=0: nothing more is prepared
     assert run_on_libpq(own_connection, "SELECT %(x)s::int", {"x": 7}) == ((7,), 1)
     assert _prepared(own_connection) == ["_gw_1", "_gw_2"]
+
+
+def test_a_prepared_statement_is_prepared_anew_on_a_doubling_schedule_and_its_old_name_closed(
+        own_connection, monkeypatch):
+    import utils_app.postgresql.base as backend
+
+    clock = [1000.0]
+    monkeypatch.setattr(backend.time, "monotonic", lambda: clock[0])
+    sql = "INSERT INTO alone (n) VALUES (%(n)s) RETURNING n"
+    assert backend.run_on_libpq(own_connection, sql, {"n": 1}) == ((1,), 1)
+    assert _prepared(own_connection) == ["_gw_1"]
+    clock[0] += backend.REPLAN_FIRST_SECONDS - 0.1  # not yet
+    backend.run_on_libpq(own_connection, sql, {"n": 2})
+    assert _prepared(own_connection) == ["_gw_1"]
+    clock[0] += 0.1  # its plan is due: a new name, the old one closed, the statement run once
+    assert backend.run_on_libpq(own_connection, sql, {"n": 3}) == ((3,), 1)
+    assert _prepared(own_connection) == ["_gw_2"]
+    clock[0] += backend.REPLAN_FIRST_SECONDS  # the next turn is twice as long
+    backend.run_on_libpq(own_connection, sql, {"n": 4})
+    assert _prepared(own_connection) == ["_gw_2"]
+    clock[0] += backend.REPLAN_FIRST_SECONDS
+    backend.run_on_libpq(own_connection, sql, {"n": 5})
+    assert _prepared(own_connection) == ["_gw_3"]
+    clock[0] += 10 * backend.REPLAN_MAX_SECONDS  # and never longer than the most
+    backend.run_on_libpq(own_connection, sql, {"n": 6})
+    assert own_connection._statements["replan"][(sql, (20,))][1] <= backend.REPLAN_MAX_SECONDS
+    assert own_connection.execute("SELECT count(*) FROM alone").fetchone() == (6,)
+
+
+def test_every_row_of_a_statement_comes_back_when_asked_for(own_connection):
+    from utils_app.postgresql.base import run_on_libpq
+
+    sql = "INSERT INTO alone (n) SELECT g FROM generate_series(1, %(count)s) g RETURNING n"
+    assert run_on_libpq(own_connection, sql, {"count": 3}, every_row=True) == ([(1,), (2,), (3,)], 3)
+    assert run_on_libpq(own_connection, sql, {"count": 0}, every_row=True) == ([], 0)
+    assert run_on_libpq(own_connection, "DELETE FROM alone WHERE n > %(n)s", {"n": 1}, every_row=True) == ([], 2)
+    assert run_on_libpq(own_connection, sql, {"count": 2}) == ((1,), 2)  # the first row only, as before
 
 
 def test_a_name_used_twice_is_one_parameter_and_other_placeholders_are_refused(own_connection):

@@ -153,15 +153,18 @@ class DatabaseWrapper(base.DatabaseWrapper):
             conn = getconn()
         return conn
 
-    def run_one(self, sql: str, params: dict) -> tuple[tuple | None, int]:
+    def run_one(self, sql: str, params: dict, *, every_row: bool = False) -> tuple[tuple | list | None, int]:
         """Run one statement with its parameters bound on the server; (its first row or None, its row
-        count). Alone on a pooled connection when it can (``run_alone``), else on this wrapper's
-        connection through ``server_bound_cursor`` (a transaction's, a test's)."""
+        count), or with ``every_row`` (the list of its rows, its row count). Alone on a pooled
+        connection when it can (``run_alone``), else on this wrapper's connection through
+        ``server_bound_cursor`` (a transaction's, a test's)."""
         if self.can_run_alone():
-            return self.run_alone(sql, params)
+            return self.run_alone(sql, params, every_row=every_row)
         with self.server_bound_cursor() as cursor:
             cursor.execute(sql, params)
-            return (cursor.fetchone() if cursor.description is not None else None), cursor.rowcount
+            if cursor.description is None:
+                return ([] if every_row else None), cursor.rowcount
+            return (cursor.fetchall() if every_row else cursor.fetchone()), cursor.rowcount
 
     def can_run_alone(self) -> bool:
         """Whether ``run_alone`` applies now: a pool, no connection held by this wrapper, no transaction
@@ -169,9 +172,10 @@ class DatabaseWrapper(base.DatabaseWrapper):
         return (self.connection is None and self.pool is not None and not self.in_atomic_block
                 and not self.execute_wrappers)
 
-    def run_alone(self, sql: str, params: dict) -> tuple[tuple | None, int]:
+    def run_alone(self, sql: str, params: dict, *, every_row: bool = False) -> tuple[tuple | list | None, int]:
         """Run one statement in autocommit on a pooled connection taken for it alone, and give the
-        connection back at once; returns (its first row or None, its row count).
+        connection back at once; returns (its first row or None, its row count), or with
+        ``every_row`` (the list of its rows, its row count).
 
         The metered request's two statements (gateway.metering) each need a connection for one
         statement. Through Django's wrapper that is a checkout with its set-up (autocommit set
@@ -193,11 +197,14 @@ class DatabaseWrapper(base.DatabaseWrapper):
             try:
                 if not conn.autocommit:
                     conn.autocommit = True
-                answer = run_on_libpq(conn, sql, params)
+                answer = run_on_libpq(conn, sql, params, every_row=every_row)
                 if answer is None:  # a parameter only psycopg knows how to send
                     cursor = psycopg.Cursor(conn)  # binds on the server, whatever the connection's cursor_factory
                     cursor.execute(sql, params)
-                    answer = (cursor.fetchone() if cursor.description is not None else None), cursor.rowcount
+                    if cursor.description is None:
+                        answer = ([] if every_row else None), cursor.rowcount
+                    else:
+                        answer = (cursor.fetchall() if every_row else cursor.fetchone()), cursor.rowcount
                 row, count = answer
             finally:
                 pool.putconn(conn)
@@ -290,12 +297,13 @@ def _as_text(value, encoding: str):
     return (declared, value.encode(encoding)) if "\x00" not in value else None
 
 
-def run_on_libpq(conn, sql: str, params: dict) -> tuple[tuple | None, int] | None:
+def run_on_libpq(conn, sql: str, params: dict, *, every_row: bool = False) -> tuple[tuple | list | None, int] | None:
     """Run one statement on ``conn`` (autocommit, no statement of its own running) through libpq: its
     parameters sent as text apart from the statement, prepared on the connection once per statement
     and parameter types when the connection prepares (``prepare_threshold`` not None), errors raised
-    as psycopg raises them. Returns (its first row or None, its row count), or None without sending
-    anything when a parameter is one only psycopg's cursor knows how to send.
+    as psycopg raises them. Returns (its first row or None, its row count), or with ``every_row``
+    (the list of its rows, its row count); None without sending anything when a parameter is one
+    only psycopg's cursor knows how to send.
 
     psycopg's cursor does the same through its query conversion, per-value adapter lookups and
     prepared-statement bookkeeping, about 40 µs of CPU a statement more (docs/performance.md)."""
@@ -305,7 +313,7 @@ def run_on_libpq(conn, sql: str, params: dict) -> tuple[tuple | None, int] | Non
     text, names = converted
     state = conn.__dict__.get("_statements")
     if state is None:
-        state = conn._statements = {"encoding": conn.info.encoding, "prepared": {}, "named": 0}
+        state = conn._statements = {"encoding": conn.info.encoding, "prepared": {}, "replan": {}, "named": 0}
     types, values = [], []
     for name in names:
         sent = _as_text(params[name], state["encoding"])
@@ -320,11 +328,11 @@ def run_on_libpq(conn, sql: str, params: dict) -> tuple[tuple | None, int] | Non
     if result is None:
         pgconn.send_query_params(text, values, param_types=types)
         result = _result(conn.wait(_execute(pgconn)), state)
-    row = None
+    row = [] if every_row else None
     if result.status == pq.ExecStatus.TUPLES_OK and result.ntuples:
         loader = Transformer(conn)
         loader.set_pgresult(result)
-        row = loader.load_row(0, tuple)
+        row = loader.load_rows(0, result.ntuples, tuple) if every_row else loader.load_row(0, tuple)
     count = result.command_tuples
     return row, (-1 if count is None else count)
 
@@ -342,10 +350,17 @@ def _run_prepared(conn, state: dict, key: tuple, text: bytes, types: list, value
       gone again right after it was prepared, means named statements do not stay with this
       connection's server session: a pooler in transaction mode without prepared-statement
       support (PgBouncer before 1.21, or without max_prepared_statements). The connection stops
-      preparing (the caller sends its statements unnamed) and the operator is told, once."""
+      preparing (the caller sends its statements unnamed) and the operator is told, once.
+
+    A statement is also prepared anew, its old name closed, once it has been prepared for longer
+    than its turn (``_replanned``), so that its plan is made again for the tables as they are now."""
     pgconn = conn.pgconn
     while True:  # twice at most: a second pass always prepares anew, and every refusal then ends it
         prepared = state["prepared"].get(key)
+        if prepared is not None and time.monotonic() >= state["replan"][key][0]:
+            _close_prepared(conn, state, prepared)
+            state["prepared"].pop(key)
+            prepared = None
         earlier = prepared is not None
         try:
             if not earlier:
@@ -354,6 +369,7 @@ def _run_prepared(conn, state: dict, key: tuple, text: bytes, types: list, value
                 pgconn.send_prepare(prepared, text, param_types=types)
                 _result(conn.wait(_execute(pgconn)), state)
                 state["prepared"][key] = prepared
+                state["replan"][key] = _replanned(state["replan"].get(key))
             pgconn.send_query_prepared(prepared, values)
             return _result(conn.wait(_execute(pgconn)), state)
         except psycopg.errors.FeatureNotSupported as exc:
@@ -368,6 +384,33 @@ def _run_prepared(conn, state: dict, key: tuple, text: bytes, types: list, value
         except psycopg.errors.DuplicatePreparedStatement:
             _stop_preparing(state)
             return None
+
+
+# How long a prepared statement's plan is kept before the statement is prepared anew: 2 s at first,
+# twice as long at each renewal, and at most REPLAN_MAX_SECONDS.
+#
+# PostgreSQL plans a prepared statement for its parameters five times, then keeps one generic plan
+# for as long as nothing invalidates it (an ANALYZE of its tables, DDL). A plan made while a table
+# was a few pages long may scan the whole table, where an index is the only sane path once it has
+# grown: a grouped settlement (gateway.metering) joins its entries to the ledger's rows, and on a
+# new ledger that plan seq-scanned it, each statement slower than the one before until autovacuum's
+# next ANALYZE, half a minute later at 1,000 requests a second (docs/performance.md). Renewing the
+# plans on this schedule bounds that to seconds in a new database, and costs an established one a
+# Parse and five planned executions per statement every quarter of an hour.
+REPLAN_FIRST_SECONDS = 2.0
+REPLAN_MAX_SECONDS = 1024.0
+
+
+def _replanned(previous: tuple[float, float] | None) -> tuple[float, float]:
+    """(when the statement is next prepared anew, the interval that set it)."""
+    interval = REPLAN_FIRST_SECONDS if previous is None else min(previous[1] * 2, REPLAN_MAX_SECONDS)
+    return time.monotonic() + interval, interval
+
+
+def _close_prepared(conn, state: dict, name: bytes) -> None:
+    """Close a prepared statement on the server (closing one it does not hold is no error)."""
+    conn.pgconn.send_close_prepared(name)
+    _result(conn.wait(_execute(conn.pgconn)), state)
 
 
 _told_unprepared = False

@@ -18,17 +18,37 @@ charge the sweeper already abandoned and refunded is left as it is.
 Settlement, failure: refund in one transaction (the failure path may take a few
 statements): the charge row refunded, credits given back up to maxCredits, and a
 refund row recording what was actually restored.
+
+Grouped on PostgreSQL (utils_app.coalesce): while a charge statement of a process runs,
+the charges of the process's other requests queue, and the next statement takes them all
+(up to METERING_GROUP_SIZE, one per key), the way PostgreSQL groups commits; settlements
+likewise. A lone request runs the statement above at once. A group's statement is one
+transaction: each charge in it is taken with its row or refused on its own key's row, as
+alone, and nothing of it is committed unless all of it is; each request still waits for its
+own charge and its own settlement to be committed before it goes on. What a group saves is
+PostgreSQL's work per statement and per commit (check constraints prepared once, one
+transaction, one flush) and the process's round trips (docs/performance.md).
+
+A group never waits for a key row: it locks its keys first with SKIP LOCKED, and the request
+whose key another transaction holds (another process's statement, a refund, a staff edit)
+runs its statement alone, waiting as it always did. So one busy key cannot hold up the
+other requests of a process. The rows a group may wait for are the usage rollups, which
+every statement writing them (a settlement alone or grouped, a refund) locks by model and
+then key, each group at one settlement time (so in one hour): no two of them can wait for
+each other in a cycle.
 """
 import logging
 from dataclasses import dataclass
 
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, OperationalError, connection, connections, transaction
 from django.utils import timezone
 
 from keys import auth_cache
 from keys.models import ApiKey, IdempotentRequest, LedgerEntry
 from models_catalog.models import AiModel, UsageEvent
 from utils_app import metrics
+from utils_app.coalesce import Coalescer, GroupInterrupted
 from utils_app.db import one_writer_at_a_time
 from utils_app.errors import (
     AccessDenied,
@@ -76,6 +96,142 @@ COMPLETE_POSTGRES = (f"WITH settled AS ({_COMPLETE}), "
 COMPLETE_SQLITE = (_COMPLETE, f"{_RELEASE} %(key)s",
                    f"INSERT INTO {USAGE} ({_USAGE_COLUMNS}) "
                    f"VALUES (%(key)s, {_USAGE_VALUES.format(credits='%(credits)s', request_id='%(request_id)s')})")
+
+
+def _rows(columns: tuple[tuple[str, str], ...], size: int) -> str:
+    """``size`` rows of a VALUES list, each column a placeholder of its own cast to its type."""
+    return ", ".join("(" + ", ".join(f"%({name}_{row})s::{kind}" for name, kind in columns) + ")"
+                     for row in range(size))
+
+
+# A group of charges, one per key, in one statement. The keys are locked first, SKIP LOCKED: a key row
+# another transaction holds (another process's statement, a refund, a staff edit) is left out, so the
+# group never waits for a lock, and its request's charge runs alone, as without groups. Then the same
+# conditional UPDATE and pending rows as CHARGE_POSTGRES, for every key locked. Each row of the answer
+# is a key locked, with its new ledger row and balance, or NULLs where the key refused the charge.
+_GROUP_CHARGE = (("key", "int8"), ("tier", "text"), ("amount", "int8"), ("request_id", "text"),
+                 ("operation", "text"), ("model", "text"))
+
+
+def charge_group_statement(size: int) -> str:
+    return (f"WITH v (key, tier, amount, request_id, operation, model) AS (VALUES {_rows(_GROUP_CHARGE, size)}), "
+            f"locked AS (SELECT id FROM {KEYS} WHERE id IN (SELECT key FROM v) FOR NO KEY UPDATE SKIP LOCKED), "
+            f"taken AS (UPDATE {KEYS} k SET credits = k.credits - v.amount, in_flight = k.in_flight + 1, "
+            f"last_used_at = %(now)s FROM v, locked WHERE k.id = v.key AND locked.id = v.key AND k.is_active "
+            f"AND k.tier = v.tier AND k.credits >= v.amount AND k.in_flight < k.max_concurrent "
+            f"RETURNING k.id, k.credits, v.amount, v.request_id, v.operation, v.model), "
+            f"charged AS (INSERT INTO {LEDGER} ({_ENTRY_COLUMNS}) "
+            f"SELECT id, 'charge', -amount, credits, 'pending', '', request_id, NULL, operation, model, '', %(now)s "
+            f"FROM taken RETURNING key_id, id, balance_after) "
+            f"SELECT locked.id, charged.id, charged.balance_after FROM locked "
+            f"LEFT JOIN charged ON charged.key_id = locked.id")
+
+
+# A group of settlements in one statement. The keys are locked first, SKIP LOCKED as for charges; for
+# the keys locked, the charge rows still pending are completed, each key's in-flight count is released
+# once for each of its rows (as many single releases would, never below zero), and the usage rows are
+# inserted by model and key, so that their rollup triggers lock the rollup rows in the one order every
+# statement takes them in (see the module's docstring). Each row of the answer is an entry, whether its
+# key was locked, and whether it was settled.
+_GROUP_SETTLEMENT = (("entry", "int8"), ("key", "int8"), ("model_pk", "int8"), ("operation", "text"),
+                     ("status", "int4"), ("success", "bool"), ("input_tokens", "int4"), ("output_tokens", "int4"),
+                     ("cached_tokens", "int4"), ("latency_ms", "int4"), ("provider", "text"),
+                     ("deployment", "int8"))
+
+
+def settlement_group_statement(size: int) -> str:
+    return (f"WITH v (entry, key, model_pk, operation, status, success, input_tokens, output_tokens, "
+            f"cached_tokens, latency_ms, provider, deployment) AS (VALUES {_rows(_GROUP_SETTLEMENT, size)}), "
+            f"locked AS (SELECT id FROM {KEYS} WHERE id IN (SELECT key FROM v) FOR NO KEY UPDATE SKIP LOCKED), "
+            f"settled AS (UPDATE {LEDGER} l SET status = 'completed', settled_at = %(now)s, "
+            f"input_tokens = v.input_tokens, output_tokens = v.output_tokens, latency_ms = v.latency_ms, "
+            f"provider = v.provider, deployment_id = v.deployment FROM v, locked "
+            f"WHERE l.id = v.entry AND l.key_id = v.key AND locked.id = v.key AND l.status = 'pending' "
+            f"RETURNING l.id, l.key_id, l.amount, l.request_id, v.model_pk, v.operation, v.status, v.success, "
+            f"v.input_tokens, v.output_tokens, v.cached_tokens, v.latency_ms, v.provider, v.deployment), "
+            f"released AS (UPDATE {KEYS} k SET in_flight = CASE WHEN k.in_flight > c.n THEN k.in_flight - c.n "
+            f"ELSE 0 END FROM (SELECT key_id, count(*) AS n FROM settled GROUP BY key_id) c WHERE k.id = c.key_id), "
+            f"recorded AS (INSERT INTO {USAGE} ({_USAGE_COLUMNS}) "
+            f"SELECT key_id, model_pk, operation, status, success, input_tokens, output_tokens, cached_tokens, "
+            f"-amount, latency_ms, provider, deployment, %(now)s, request_id FROM settled ORDER BY model_pk, key_id) "
+            f"SELECT v.entry, locked.id IS NOT NULL, settled.id IS NOT NULL FROM v "
+            f"LEFT JOIN locked ON locked.id = v.key LEFT JOIN settled ON settled.id = v.entry")
+
+
+# What a group answers for a request whose key row another transaction held: its statement runs alone.
+SKIPPED = object()
+_statements: dict[tuple[str, int], str] = {}
+
+
+def _statement_for(kind, size: int) -> str:
+    statement = _statements.get((kind.__name__, size))
+    if statement is None:
+        statement = _statements[(kind.__name__, size)] = kind(size)
+    return statement
+
+
+def _group_params(columns, items: list[dict], now) -> dict:
+    params = {"now": now}
+    for row, item in enumerate(items):
+        for name, _ in columns:
+            params[f"{name}_{row}"] = item[name]
+    return params
+
+
+def _charge_group(items: list[dict]) -> list:
+    """The work of a group of charges: for each item its (ledger id, balance after), None where the key
+    refused it, or SKIPPED."""
+    db = connections[DEFAULT_DB_ALIAS]  # the leading request's, which can run a statement alone
+    metrics.grouped(statement="charge", requests=len(items))
+    if len(items) == 1:
+        return [db.run_alone(CHARGE_POSTGRES, items[0])[0]]
+    rows, _ = db.run_alone(_statement_for(charge_group_statement, len(items)),
+                           _group_params(_GROUP_CHARGE, items, _now(db)), every_row=True)
+    locked = {key: (None if entry is None else (entry, balance)) for key, entry, balance in rows}
+    return [locked.get(item["key"], SKIPPED) for item in items]
+
+
+def _settlement_group(items: list[dict]) -> list:
+    """The work of a group of settlements: for each item whether its charge was still pending and is now
+    settled, or SKIPPED."""
+    db = connections[DEFAULT_DB_ALIAS]
+    metrics.grouped(statement="settlement", requests=len(items))
+    if len(items) == 1:
+        return [db.run_alone(COMPLETE_POSTGRES, items[0])[1] == 1]
+    rows, _ = db.run_alone(_statement_for(settlement_group_statement, len(items)),
+                           _group_params(_GROUP_SETTLEMENT, items, _now(db)), every_row=True)
+    outcome = {entry: (settled if locked else SKIPPED) for entry, locked, settled in rows}
+    return [outcome[item["entry"]] for item in items]
+
+
+def _in_group(coalescer: Coalescer, params: dict):
+    try:
+        return coalescer.run(params)
+    except GroupInterrupted as exc:  # whether the statement took effect is unknown, as when a connection drops
+        raise OperationalError(str(exc)) from exc
+
+
+class _Groups:
+    """This process's two coalescers, made at first use with the group size the settings give then;
+    None when METERING_GROUP_SIZE is 1 (each statement alone)."""
+
+    def __init__(self):
+        self.size = None
+        self.charges = self.settlements = None
+
+    def __call__(self) -> tuple[Coalescer | None, Coalescer | None]:
+        size = settings.METERING_GROUP_SIZE
+        if size != self.size:
+            self.size = size
+            if size == 1:
+                self.charges = self.settlements = None
+            else:
+                self.charges = Coalescer(_charge_group, max_size=size, group_key=lambda item: item["key"])
+                self.settlements = Coalescer(_settlement_group, max_size=size)
+        return self.charges, self.settlements
+
+
+groups = _Groups()
 
 
 # Token counts above this are not believed (no model reads or writes ten million tokens in one request);
@@ -142,6 +298,11 @@ def _take_with_claim(params: dict, db, *, key: ApiKey, idempotency: Idempotency 
 
 def _take(params: dict, db):
     if db.vendor == "postgresql":  # parameters bound on the server (utils_app.postgresql)
+        charges = groups()[0] if db.can_run_alone() else None
+        if charges is not None:
+            row = _in_group(charges, params)
+            if row is not SKIPPED:
+                return row
         return db.run_one(CHARGE_POSTGRES, params)[0]
     with db.cursor() as cursor:
         cursor.execute(CHARGE_SQLITE[0], params)
@@ -201,6 +362,11 @@ def complete(*, entry: int, key: ApiKey, model: AiModel, operation: str, provide
               "latency_ms": min(latency_ms, MAX_LATENCY_MS),
               "now": _now(db), "status": status, "success": success, "deployment": deployment}
     if db.vendor == "postgresql":
+        settlements = groups()[1] if db.can_run_alone() else None
+        if settlements is not None:
+            settled = _in_group(settlements, params)
+            if settled is not SKIPPED:
+                return settled
         return db.run_one(COMPLETE_POSTGRES, params)[1] == 1
     with db.cursor() as cursor:
         with one_writer_at_a_time(db), transaction.atomic(using=db.alias):

@@ -181,6 +181,9 @@ KEY_CACHE_SECONDS = env_float("KEY_CACHE_SECONDS", 1.0)
 KEY_CACHE_MAX_SECONDS = env_float("KEY_CACHE_MAX_SECONDS", 60.0)
 LEDGER_STALE_SECONDS = env_int("LEDGER_STALE_SECONDS", 900, minimum=1)
 LEDGER_SWEEP_SECONDS = env_int("LEDGER_SWEEP_SECONDS", 60, minimum=0)
+# On PostgreSQL, how many concurrent requests of a process one charge or one settlement statement may
+# serve at most (gateway.metering: grouped like commits); 1 sends each request's statements alone.
+METERING_GROUP_SIZE = env_int("METERING_GROUP_SIZE", 16, minimum=1, maximum=64)
 IDEMPOTENCY_MAX_BODY_BYTES = env_int("IDEMPOTENCY_MAX_BODY_BYTES", 4 * 1024 * 1024, minimum=0)
 IDEMPOTENCY_HOURS = 24
 

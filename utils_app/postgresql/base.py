@@ -278,11 +278,29 @@ def _convert(sql: str) -> tuple[bytes, tuple[str, ...]]:
     return _PLACEHOLDER.sub(number, sql).encode(), tuple(names)
 
 
+def _quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+# Each element of an array literal (PostgreSQL's text form of an array) by its type: None, bool, int, str.
+_ELEMENTS = {type(None): lambda value: "NULL", bool: lambda value: "t" if value else "f", int: str, str: _quoted}
+
+
 def _as_text(value, encoding: str):
     """(the type the parameter is declared as, its value as the server reads text), or None for a value
     this path does not send (psycopg's cursor does): a type not below, an int past 8 bytes, or a
-    str with a NUL byte, which libpq would cut short where psycopg refuses it."""
+    str with a NUL byte, which libpq would cut short where psycopg refuses it.
+
+    A list goes as an array literal of its elements (None, bool, int, str), declared unknown: the
+    statement casts it to the array type it means (``%(keys)s::int8[]``), and the server reads the
+    literal for that type, an int out of its range refused there as psycopg's would be."""
     kind = type(value)
+    if kind is list:
+        try:
+            text = "{" + ",".join([_ELEMENTS[type(element)](element) for element in value]) + "}"
+        except KeyError:  # an element of another type
+            return None
+        return (0, text.encode(encoding)) if "\x00" not in text else None
     if kind is datetime:
         return (_TIMESTAMPTZ if value.tzinfo is not None else _TIMESTAMP), value.isoformat().encode()
     declared = _DECLARED.get(kind)

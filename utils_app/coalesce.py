@@ -3,8 +3,8 @@
 Each caller hands its item to ``Coalescer.run`` and blocks until its own result is there. While no
 group is running, a caller runs a group of one (its own item) at once: nothing waits, and a lone
 request pays no latency. While a group runs, the items that arrive queue; when it ends, the first
-of them leads the next group, which takes everything queued that fits (up to ``max_size``, one
-item per ``group_key``), and any item left over waits for the group after. So groups grow with
+of them leads the next group, which takes everything queued that fits (up to ``max_size``, no two
+items whose locks conflict), and any item left over waits for the group after. So groups grow with
 the load by themselves: a caller waits at most for the group running when it arrived, and one
 call serves the whole next group.
 
@@ -12,9 +12,10 @@ Whatever the group's work raises, every caller of the group raises. The lead is 
 a queued caller under the lock, before the leader returns, and a caller that stops waiting
 (a killed greenlet) passes on a lead it was given: no item is ever left queued without a leader.
 
-Threads or greenlets: the lock and the events are threading's, which gevent's monkey-patching makes
-cooperative in a gevent worker. They are made at the first ``run`` of each process, after the
-worker has patched them and after any fork.
+Threads or greenlets: a caller waits on a threading event, which gevent's monkey-patching makes
+cooperative in a gevent worker. The queue's lock is the operating system's own, also under gevent:
+nothing ever waits or switches while holding it, so gevent's lock (Python code) would only cost
+more. The lock is made at the first ``run`` of each process, after any fork.
 """
 from __future__ import annotations
 
@@ -22,6 +23,11 @@ import os
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, TypeVar
+
+from gevent.monkey import get_original
+
+# The unpatched lock: gevent's monkey-patching leaves the original here.
+_system_lock = get_original("_thread", "allocate_lock")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -40,38 +46,42 @@ class _Waiting(Generic[T]):
         self.result = None
         self.error: BaseException | None = None
         self.lead = False  # set under the lock when this caller is to run the next group
-        self.woken = threading.Event()
+        self.woken: threading.Event | None = None  # only a caller that waits needs one
 
 
 class Coalescer(Generic[T, R]):
     """Runs ``work(items) -> results`` (one result per item, in order) for the items of concurrent callers.
 
-    ``group_key(item)``, when given, names what two items of one group must not share (a row each
-    of them updates, say): an item whose key is already in the group waits for a later group.
+    ``lock_of(item)``, when given, says what an item needs of the group, as a lock would: (a name,
+    whether it needs it to itself). Two items of one group may share a name only when neither needs
+    it to itself; an item that conflicts with the group waits for a later one.
     """
 
     def __init__(self, work: Callable[[Sequence[T]], Sequence[R]], *, max_size: int,
-                 group_key: Callable[[T], Hashable] | None = None):
+                 lock_of: Callable[[T], tuple[Hashable, bool]] | None = None):
         if max_size < 1:
             raise ValueError("max_size must be at least 1")
         self.work = work
         self.max_size = max_size
-        self.group_key = group_key
+        self.lock_of = lock_of
         self._pid = None
         self._lock = None
         self._queue: list[_Waiting[T]] = []
-        self._running = False
+        self._leads = 0  # 1 while a caller holds the lead (a group running, or the lead handed on), else 0
 
     def run(self, item: T) -> R:
         """``item``'s result, computed in a group with whatever else is queued; raises what the group raised."""
         if self._pid != os.getpid():  # the first run in this process: its own lock and an empty queue
-            self._lock, self._queue, self._running, self._pid = threading.Lock(), [], False, os.getpid()
+            self._lock, self._queue, self._leads, self._pid = _system_lock(), [], 0, os.getpid()
         me = _Waiting(item)
         with self._lock:
             self._queue.append(me)
-            lead = not self._running
-            self._running = True
-        if not lead:
+            if self._leads:
+                me.woken = threading.Event()
+            else:
+                self._leads = 1
+                me.lead = True
+        if not me.lead:
             try:
                 me.woken.wait()
             except BaseException:
@@ -79,13 +89,11 @@ class Coalescer(Generic[T, R]):
                 raise
             if not me.lead:
                 return self._outcome(me)
-        # The leader is the first queued item (a group starts only when the queue was empty, and a lead
-        # goes to the first queued), so the group it takes holds its own item.
-        self._run_group()
+        self._run_group(me)
         return self._outcome(me)
 
-    def _run_group(self) -> None:
-        group = self._take()
+    def _run_group(self, me: _Waiting[T]) -> None:
+        group = self._take(me)
         ended = False
         try:
             results = self.work([waiting.item for waiting in group])
@@ -107,30 +115,41 @@ class Coalescer(Generic[T, R]):
                 waiting.woken.set()
             self._hand_over()
 
-    def _take(self) -> list[_Waiting[T]]:
+    def _take(self, me: _Waiting[T]) -> list[_Waiting[T]]:
+        """The leader's group: its own item first, then every queued one that fits, in the order they came."""
         with self._lock:
-            if self.group_key is None:
-                group, self._queue = self._queue[:self.max_size], self._queue[self.max_size:]
-                return group
-            group, left, seen = [], [], set()
+            self._queue.remove(me)
+            group, left, held = [me], [], {}  # each name held by the group: whether to itself
+            if self.lock_of is not None:
+                name, alone = self.lock_of(me.item)
+                held[name] = alone
             for waiting in self._queue:
-                key = self.group_key(waiting.item)
-                if len(group) < self.max_size and key not in seen:
-                    seen.add(key)
+                fits = len(group) < self.max_size
+                if fits and self.lock_of is not None:
+                    name, alone = self.lock_of(waiting.item)
+                    fits = name not in held or not (alone or held[name])
+                    if fits:
+                        held[name] = alone
+                if fits:
                     group.append(waiting)
                 else:
                     left.append(waiting)
             self._queue = left
             return group
 
+    def _next_lead(self) -> _Waiting[T] | None:
+        """Under the lock: hand the lead on to the first queued caller, or give it up."""
+        successor = self._queue[0] if self._queue else None
+        if successor is None:
+            self._leads = 0
+        else:
+            successor.lead = True
+        return successor
+
     def _hand_over(self) -> None:
-        """Wake the first queued caller to lead the next group, or note that no group runs."""
+        """A group ended: wake the first queued caller to lead the next one, or note that none runs."""
         with self._lock:
-            successor = self._queue[0] if self._queue else None
-            if successor is None:
-                self._running = False
-            else:
-                successor.lead = True
+            successor = self._next_lead()
         if successor is not None:
             successor.woken.set()
 
@@ -142,11 +161,7 @@ class Coalescer(Generic[T, R]):
             if not me.lead:
                 return
             me.lead = False
-            successor = self._queue[0] if self._queue else None
-            if successor is None:
-                self._running = False
-            else:
-                successor.lead = True
+            successor = self._next_lead()
         if successor is not None:
             successor.woken.set()
 

@@ -74,7 +74,7 @@ def test_callers_arriving_while_a_group_runs_are_served_together_by_the_next_gro
     assert results == {1: 10, 2: 20, 3: 30, 4: 40}
     assert gate.groups[0] == [1]
     assert sorted(gate.groups[1]) == [2, 3, 4] and len(gate.groups) == 2
-    assert not coalescer._running and not coalescer._queue
+    assert coalescer._leads == 0 and not coalescer._queue
 
 
 def test_a_group_takes_at_most_max_size_items_and_the_rest_wait_for_the_next():
@@ -99,9 +99,9 @@ def test_a_group_takes_at_most_max_size_items_and_the_rest_wait_for_the_next():
     assert gate.groups == [[0], [1, 2], [3, 4], [5]]
 
 
-def test_items_sharing_a_group_key_go_in_different_groups():
+def test_items_that_need_one_name_to_themselves_go_in_different_groups():
     gate = Gate()
-    coalescer = Coalescer(gate, max_size=8, group_key=lambda item: item % 3)
+    coalescer = Coalescer(gate, max_size=8, lock_of=lambda item: (item % 3, True))
     results = {}
 
     def call(item):
@@ -121,6 +121,31 @@ def test_items_sharing_a_group_key_go_in_different_groups():
     assert gate.groups[1:] == [[1, 2], [4, 5], [7]]
     for group in gate.groups:
         assert len({item % 3 for item in group}) == len(group)
+
+
+def test_items_may_share_a_name_unless_one_of_them_needs_it_to_itself():
+    gate = Gate()
+    # Even items share their name; odd ones need theirs to themselves. Names: the item // 10.
+    coalescer = Coalescer(gate, max_size=8, lock_of=lambda item: (item // 10, item % 2 == 1))
+    results = {}
+
+    def call(item):
+        results[item] = coalescer.run(item)
+
+    gate.hold()
+    first = start(call, 100)
+    assert gate.entered.wait(5)
+    queued = (10, 12, 11, 14, 21, 20, 22, 23, 30)
+    others = []
+    for number, item in enumerate(queued, start=1):
+        others.append(start(call, item))
+        wait_queued(coalescer, number)
+    gate.release.set()
+    for thread in [first, *others]:
+        thread.join(5)
+    assert results == {item: item * 10 for item in (100, *queued)}
+    # 10, 12 and 14 share name 1; 11 needs it alone. 21 takes name 2 alone; 20 and 22 wait, then share it.
+    assert gate.groups[1:] == [[10, 12, 14, 21, 30], [11, 20, 22], [23]]
 
 
 def test_what_the_work_raises_every_caller_of_the_group_raises():
@@ -157,7 +182,7 @@ def test_what_the_work_raises_every_caller_of_the_group_raises():
     with pytest.raises(ValueError):  # a lone caller after a failed group leads a group of its own
         coalescer.run(4)
     assert calls[2:] == [[4]]
-    assert not coalescer._running and not coalescer._queue
+    assert coalescer._leads == 0 and not coalescer._queue
 
 
 def test_a_result_count_that_does_not_match_the_group_is_an_error_for_every_caller():
@@ -174,7 +199,7 @@ def test_many_threads_each_get_their_own_result_and_nothing_is_left_queued():
         threading.Event().wait(0.001)
         return [(item, "done") for item in items]
 
-    coalescer = Coalescer(work, max_size=4, group_key=lambda item: item % 5)
+    coalescer = Coalescer(work, max_size=4, lock_of=lambda item: (item % 5, True))
     results = {}
 
     def call(base):
@@ -188,7 +213,7 @@ def test_many_threads_each_get_their_own_result_and_nothing_is_left_queued():
     assert len(results) == 600 and all(results[item] == (item, "done") for item in results)
     assert sum(groups) == 600 and max(groups) <= 4
     assert max(groups) > 1  # twelve threads at once did share statements
-    assert not coalescer._running and not coalescer._queue
+    assert coalescer._leads == 0 and not coalescer._queue
 
 
 def test_the_max_size_must_be_at_least_one():
@@ -257,7 +282,7 @@ GEVENT_SCRIPT = textwrap.dedent("""
     until(lambda: len(gates) == 5)
     gates[4].set()
     gevent.joinall([first, later], timeout=5)
-    print("after leave:", groups[3:], first.value, later.value, coalescer._running, len(coalescer._queue))
+    print("after leave:", groups[3:], first.value, later.value, coalescer._leads, len(coalescer._queue))
 """)
 
 
@@ -268,4 +293,4 @@ def test_under_gevent_a_killed_leader_or_waiter_never_leaves_callers_without_a_l
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "after kill: [[0], [1, 2], [3]] 1 GroupInterrupted 4"
-    assert lines[1] == "after leave: [[10], [12]] 11 13 False 0"
+    assert lines[1] == "after leave: [[10], [12]] 11 13 0 0"

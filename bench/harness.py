@@ -534,23 +534,24 @@ class Gateway:
         self.reconciled = summary if result.returncode == 0 else f"FAILED: {summary}"
         return self.reconciled
 
-    def metering_groups(self) -> dict[str, tuple[float, float]]:
-        """(statements, requests) so far per grouped statement (charge, settlement), from the workers'
-        Prometheus files (gateway_metering_group_size); empty for a copy of the project without it."""
+    def metering_groups(self) -> tuple[float, float] | None:
+        """(statements, charges and settlements) the metering statements served so far, from the workers'
+        Prometheus files (gateway_metering_group_size); None for a copy of the project without it."""
         from prometheus_client.multiprocess import MultiProcessCollector
 
         folder = self.dir / "data" / "prometheus"
         if not folder.is_dir():
-            return {}
-        totals: dict[str, list[float]] = {}
+            return None
+        totals = None
         for metric in MultiProcessCollector(None, path=str(folder)).collect():
             if metric.name != "gateway_metering_group_size":
                 continue
+            totals = [0.0, 0.0]
             for sample in metric.samples:
                 slot = {"gateway_metering_group_size_count": 0, "gateway_metering_group_size_sum": 1}.get(sample.name)
                 if slot is not None:
-                    totals.setdefault(sample.labels["statement"], [0.0, 0.0])[slot] += sample.value
-        return {statement: (count, total) for statement, (count, total) in totals.items()}
+                    totals[slot] += sample.value
+        return None if totals is None else (totals[0], totals[1])
 
     @property
     def url(self) -> str:

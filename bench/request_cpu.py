@@ -218,7 +218,7 @@ class Backend:
         for label, url, keys, model, pid, gateway in targets:
             others = wait_for_quiet(self.args.quiet, self.args.max_wait)
             lsn = self.wal_lsn()
-            grouped = gateway.metering_groups() if gateway is not None else {}
+            grouped = gateway.metering_groups() if gateway is not None else None
             result = run_wrk(url, connections=self.args.connections, duration=self.args.duration, keys_file=keys,
                              model=model, result_file=workdir / "wrk.json", cpu=self.meter(pid))
             cpu = result["cpu_ms"]
@@ -228,15 +228,16 @@ class Backend:
                 result["wal_bytes"] = round(self.wal_bytes(lsn, self.wal_lsn()) / max(result["requests"], 1), 1)
             if gateway is not None:
                 result["reconcile"] = self.check_reconcile(gateway)
-                result["group_sizes"] = {
-                    statement: round((total - grouped.get(statement, (0, 0))[1])
-                                     / max(count - grouped.get(statement, (0, 0))[0], 1), 2)
-                    for statement, (count, total) in gateway.metering_groups().items()}
+                after = gateway.metering_groups()
+                if after is not None:
+                    before = grouped or (0.0, 0.0)
+                    result["group_size"] = round((after[1] - before[1]) / max(after[0] - before[0], 1), 2)
             harness.log(f"round {number} {self.name} {label}: {result['rps']:.0f} req/s, machine "
                         f"{result['machine_ms']:.3f} ms/req, CPU ms/req {cpu}, WAL {result.get('wal_bytes', '-')} "
                         f"B/req, non-2xx {result['non_2xx']}, socket errors {result['socket_errors']}, "
                         f"load {result['load']}, cores busy before {others}"
-                        + (f", requests per statement {result['group_sizes']}" if result.get("group_sizes") else ""))
+                        + (f", charges and settlements per statement {result['group_size']}"
+                           if "group_size" in result else ""))
             rows.append(result)
         return rows
 
@@ -276,10 +277,9 @@ def summarize(rows: list[dict]) -> list[dict]:
         if "wal_bytes" in runs[0]:
             entry["wal_bytes"] = statistics.median(run["wal_bytes"] for run in runs)
         entry["reconcile"] = sorted({run["reconcile"] for run in runs if "reconcile" in run})
-        sizes = [run["group_sizes"] for run in runs if run.get("group_sizes")]
+        sizes = [run["group_size"] for run in runs if "group_size" in run]
         if sizes:
-            entry["group_sizes"] = {statement: statistics.median(size[statement] for size in sizes)
-                                    for statement in sizes[0]}
+            entry["group_size"] = statistics.median(sizes)
         summary.append(entry)
     return summary
 
@@ -368,9 +368,8 @@ def main() -> None:
             print(f"\n{entry['backend']} {entry['target']}: reconcile after each run: {'; '.join(entry['reconcile'])}; "
                   f"upstream {entry['cpu_ms']['upstream']:.3f} ms/req, wrk {entry['cpu_ms']['wrk']:.3f} ms/req, "
                   f"whole machine busy {entry['cpu_ms']['machine busy']:.3f} ms/req"
-                  + (", requests per statement (median of the rounds' means) "
-                     + ", ".join(f"{statement} {size:.2f}" for statement, size in entry["group_sizes"].items())
-                     if entry.get("group_sizes") else ""))
+                  + (f", charges and settlements per metering statement (median of the rounds' means) "
+                     f"{entry['group_size']:.2f}" if "group_size" in entry else ""))
     for name, per_source in table_stats.items():
         for label, tables in per_source.items():
             print(f"\n{name} {label}: " + ", ".join(

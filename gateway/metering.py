@@ -19,15 +19,16 @@ Settlement, failure: refund in one transaction (the failure path may take a few
 statements): the charge row refunded, credits given back up to maxCredits, and a
 refund row recording what was actually restored.
 
-Grouped on PostgreSQL (utils_app.coalesce): while a charge statement of a process runs,
-the charges of the process's other requests queue, and the next statement takes them all
-(up to METERING_GROUP_SIZE, one per key), the way PostgreSQL groups commits; settlements
-likewise. A lone request runs the statement above at once. A group's statement is one
-transaction: each charge in it is taken with its row or refused on its own key's row, as
-alone, and nothing of it is committed unless all of it is; each request still waits for its
-own charge and its own settlement to be committed before it goes on. What a group saves is
-PostgreSQL's work per statement and per commit (check constraints prepared once, one
-transaction, one flush) and the process's round trips (docs/performance.md).
+Grouped on PostgreSQL (utils_app.coalesce): a process runs one metering statement at a
+time; while it runs, the charges and settlements of the process's other requests queue, and
+the next statement takes them all (up to METERING_GROUP_SIZE; never two charges of one key,
+nor a charge and a settlement of one key), the way PostgreSQL groups the commits of
+concurrent transactions. A lone request runs the statements above at once. A group's
+statement is one transaction: each charge in it is taken with its row or refused on its own
+key's row, as alone, and nothing of it is committed unless all of it is; each request still
+waits for its own charge and its own settlement to be committed before it goes on. What a
+group saves is PostgreSQL's work per statement and per commit (check constraints prepared
+once, one transaction, one flush) and the process's round trips (docs/performance.md).
 
 A group never waits for a key row: it locks its keys first with SKIP LOCKED, and the request
 whose key another transaction holds (another process's statement, a refund, a staff edit)
@@ -98,137 +99,146 @@ COMPLETE_SQLITE = (_COMPLETE, f"{_RELEASE} %(key)s",
                    f"VALUES (%(key)s, {_USAGE_VALUES.format(credits='%(credits)s', request_id='%(request_id)s')})")
 
 
-def _rows(columns: tuple[tuple[str, str], ...], size: int) -> str:
-    """``size`` rows of a VALUES list, each column a placeholder of its own cast to its type."""
-    return ", ".join("(" + ", ".join(f"%({name}_{row})s::{kind}" for name, kind in columns) + ")"
-                     for row in range(size))
-
-
-# A group of charges, one per key, in one statement. The keys are locked first, SKIP LOCKED: a key row
-# another transaction holds (another process's statement, a refund, a staff edit) is left out, so the
-# group never waits for a lock, and its request's charge runs alone, as without groups. Then the same
-# conditional UPDATE and pending rows as CHARGE_POSTGRES, for every key locked. Each row of the answer
-# is a key locked, with its new ledger row and balance, or NULLs where the key refused the charge.
+# What each request of a group brings to its statement, a charge or a settlement: one array per column.
 _GROUP_CHARGE = (("key", "int8"), ("tier", "text"), ("amount", "int8"), ("request_id", "text"),
                  ("operation", "text"), ("model", "text"))
-
-
-def charge_group_statement(size: int) -> str:
-    return (f"WITH v (key, tier, amount, request_id, operation, model) AS (VALUES {_rows(_GROUP_CHARGE, size)}), "
-            f"locked AS (SELECT id FROM {KEYS} WHERE id IN (SELECT key FROM v) FOR NO KEY UPDATE SKIP LOCKED), "
-            f"taken AS (UPDATE {KEYS} k SET credits = k.credits - v.amount, in_flight = k.in_flight + 1, "
-            f"last_used_at = %(now)s FROM v, locked WHERE k.id = v.key AND locked.id = v.key AND k.is_active "
-            f"AND k.tier = v.tier AND k.credits >= v.amount AND k.in_flight < k.max_concurrent "
-            f"RETURNING k.id, k.credits, v.amount, v.request_id, v.operation, v.model), "
-            f"charged AS (INSERT INTO {LEDGER} ({_ENTRY_COLUMNS}) "
-            f"SELECT id, 'charge', -amount, credits, 'pending', '', request_id, NULL, operation, model, '', %(now)s "
-            f"FROM taken RETURNING key_id, id, balance_after) "
-            f"SELECT locked.id, charged.id, charged.balance_after FROM locked "
-            f"LEFT JOIN charged ON charged.key_id = locked.id")
-
-
-# A group of settlements in one statement. The keys are locked first, SKIP LOCKED as for charges; for
-# the keys locked, the charge rows still pending are completed, each key's in-flight count is released
-# once for each of its rows (as many single releases would, never below zero), and the usage rows are
-# inserted by model and key, so that their rollup triggers lock the rollup rows in the one order every
-# statement takes them in (see the module's docstring). Each row of the answer is an entry, whether its
-# key was locked, and whether it was settled.
 _GROUP_SETTLEMENT = (("entry", "int8"), ("key", "int8"), ("model_pk", "int8"), ("operation", "text"),
                      ("status", "int4"), ("success", "bool"), ("input_tokens", "int4"), ("output_tokens", "int4"),
                      ("cached_tokens", "int4"), ("latency_ms", "int4"), ("provider", "text"),
                      ("deployment", "int8"))
 
 
-def settlement_group_statement(size: int) -> str:
-    return (f"WITH v (entry, key, model_pk, operation, status, success, input_tokens, output_tokens, "
-            f"cached_tokens, latency_ms, provider, deployment) AS (VALUES {_rows(_GROUP_SETTLEMENT, size)}), "
-            f"locked AS (SELECT id FROM {KEYS} WHERE id IN (SELECT key FROM v) FOR NO KEY UPDATE SKIP LOCKED), "
-            f"settled AS (UPDATE {LEDGER} l SET status = 'completed', settled_at = %(now)s, "
-            f"input_tokens = v.input_tokens, output_tokens = v.output_tokens, latency_ms = v.latency_ms, "
-            f"provider = v.provider, deployment_id = v.deployment FROM v, locked "
-            f"WHERE l.id = v.entry AND l.key_id = v.key AND locked.id = v.key AND l.status = 'pending' "
-            f"RETURNING l.id, l.key_id, l.amount, l.request_id, v.model_pk, v.operation, v.status, v.success, "
-            f"v.input_tokens, v.output_tokens, v.cached_tokens, v.latency_ms, v.provider, v.deployment), "
-            f"released AS (UPDATE {KEYS} k SET in_flight = CASE WHEN k.in_flight > c.n THEN k.in_flight - c.n "
-            f"ELSE 0 END FROM (SELECT key_id, count(*) AS n FROM settled GROUP BY key_id) c WHERE k.id = c.key_id), "
-            f"recorded AS (INSERT INTO {USAGE} ({_USAGE_COLUMNS}) "
-            f"SELECT key_id, model_pk, operation, status, success, input_tokens, output_tokens, cached_tokens, "
-            f"-amount, latency_ms, provider, deployment, %(now)s, request_id FROM settled ORDER BY model_pk, key_id) "
-            f"SELECT v.entry, locked.id IS NOT NULL, settled.id IS NOT NULL FROM v "
-            f"LEFT JOIN locked ON locked.id = v.key LEFT JOIN settled ON settled.id = v.entry")
+def _rows(name: str, columns: tuple[tuple[str, str], ...]) -> str:
+    """A CTE of the group's rows of one kind, zipped from one array parameter per column."""
+    arrays = ", ".join(f"%({name}_{column})s::{kind}[]" for column, kind in columns)
+    return f"{name} AS (SELECT * FROM unnest({arrays}) AS {name} ({', '.join(column for column, _ in columns)}))"
+
+
+def group_statement(*, charges: bool, settlements: bool) -> str:
+    """One statement for a group of charges (one per key), settlements of other keys' charges, or both.
+
+    The group's keys are locked first, SKIP LOCKED: a key row another transaction holds (another
+    process's statement, a refund, a staff edit) is left out, so a group never waits for a key row,
+    and the request left out runs its statement alone, waiting as it always did. For the keys locked:
+    the same conditional UPDATE and pending rows as CHARGE_POSTGRES; the charge rows still pending
+    completed, each key's in-flight count released once for each of its rows (as that many single
+    releases would, never below zero), and the usage rows inserted by model and key, so that their
+    rollup triggers lock the rollup rows in the one order every statement takes them in. A charge and
+    a settlement of one key are never in one group: a statement cannot update a row twice.
+
+    The rows come as arrays, one per column, so that a shape of group is one statement text
+    whatever its size: each connection prepares and plans three at most.
+
+    Each row of the answer is a charge (true, its key, whether the key was locked, its new ledger row
+    and balance or NULLs where the key refused it) or a settlement (false, its entry, whether the key
+    was locked, the entry when it was settled)."""
+    values, locking, ctes, answers = [], [], [], []
+    if charges:
+        values.append(_rows("c", _GROUP_CHARGE))
+        locking.append("SELECT key FROM c")
+        ctes += [f"taken AS (UPDATE {KEYS} k SET credits = k.credits - c.amount, in_flight = k.in_flight + 1, "
+                 f"last_used_at = %(now)s FROM c, locked WHERE k.id = c.key AND locked.id = c.key AND k.is_active "
+                 f"AND k.tier = c.tier AND k.credits >= c.amount AND k.in_flight < k.max_concurrent "
+                 f"RETURNING k.id, k.credits, c.amount, c.request_id, c.operation, c.model)",
+                 f"charged AS (INSERT INTO {LEDGER} ({_ENTRY_COLUMNS}) "
+                 f"SELECT id, 'charge', -amount, credits, 'pending', '', request_id, NULL, operation, model, '', "
+                 f"%(now)s FROM taken RETURNING key_id, id, balance_after)"]
+        answers.append("SELECT true, c.key, locked.id IS NOT NULL, charged.id, charged.balance_after FROM c "
+                       "LEFT JOIN locked ON locked.id = c.key LEFT JOIN charged ON charged.key_id = c.key")
+    if settlements:
+        values.append(_rows("s", _GROUP_SETTLEMENT))
+        locking.append("SELECT key FROM s")
+        ctes += [f"settled AS (UPDATE {LEDGER} l SET status = 'completed', settled_at = %(now)s, "
+                 f"input_tokens = s.input_tokens, output_tokens = s.output_tokens, latency_ms = s.latency_ms, "
+                 f"provider = s.provider, deployment_id = s.deployment FROM s, locked WHERE l.id = s.entry "
+                 f"AND l.key_id = s.key AND locked.id = s.key AND l.status = 'pending' "
+                 f"RETURNING l.id, l.key_id, l.amount, l.request_id, s.model_pk, s.operation, s.status, s.success, "
+                 f"s.input_tokens, s.output_tokens, s.cached_tokens, s.latency_ms, s.provider, s.deployment)",
+                 f"released AS (UPDATE {KEYS} k SET in_flight = CASE WHEN k.in_flight > n.settled "
+                 f"THEN k.in_flight - n.settled ELSE 0 END FROM (SELECT key_id, count(*) AS settled FROM settled "
+                 f"GROUP BY key_id) n WHERE k.id = n.key_id)",
+                 f"recorded AS (INSERT INTO {USAGE} ({_USAGE_COLUMNS}) "
+                 f"SELECT key_id, model_pk, operation, status, success, input_tokens, output_tokens, cached_tokens, "
+                 f"-amount, latency_ms, provider, deployment, %(now)s, request_id FROM settled "
+                 f"ORDER BY model_pk, key_id)"]
+        answers.append("SELECT false, s.entry, locked.id IS NOT NULL, settled.id, NULL::int8 FROM s "
+                       "LEFT JOIN locked ON locked.id = s.key LEFT JOIN settled ON settled.id = s.entry")
+    locked = (f"locked AS (SELECT id FROM {KEYS} WHERE id IN ({' UNION ALL '.join(locking)}) "
+              f"FOR NO KEY UPDATE SKIP LOCKED)")
+    return f"WITH {', '.join([*values, locked, *ctes])} {' UNION ALL '.join(answers)}"
 
 
 # What a group answers for a request whose key row another transaction held: its statement runs alone.
 SKIPPED = object()
-_statements: dict[tuple[str, int], str] = {}
+CHARGE, SETTLEMENT = "charge", "settlement"
+_STATEMENTS = {(charges, settlements): group_statement(charges=charges, settlements=settlements)
+               for charges, settlements in ((True, False), (False, True), (True, True))}
 
 
-def _statement_for(kind, size: int) -> str:
-    statement = _statements.get((kind.__name__, size))
-    if statement is None:
-        statement = _statements[(kind.__name__, size)] = kind(size)
-    return statement
+_COLUMNS = {CHARGE: [(f"c_{column}", column) for column, _ in _GROUP_CHARGE],
+            SETTLEMENT: [(f"s_{column}", column) for column, _ in _GROUP_SETTLEMENT]}
 
 
-def _group_params(columns, items: list[dict], now) -> dict:
+def _group_params(items: list[tuple[str, dict]], now) -> tuple[dict, bool, bool]:
+    """The group's parameters, one array per column of each kind it holds, and which kinds it holds."""
     params = {"now": now}
-    for row, item in enumerate(items):
-        for name, _ in columns:
-            params[f"{name}_{row}"] = item[name]
-    return params
+    for kind, columns in _COLUMNS.items():
+        rows = [item for item_kind, item in items if item_kind == kind]
+        if rows:
+            for name, column in columns:
+                params[name] = [row[column] for row in rows]
+    return params, "c_key" in params, "s_entry" in params
 
 
-def _charge_group(items: list[dict]) -> list:
-    """The work of a group of charges: for each item its (ledger id, balance after), None where the key
-    refused it, or SKIPPED."""
+def _run_group(items: list[tuple[str, dict]]) -> list:
+    """A group's work: for each (kind, params) its outcome, as the statement alone would answer it (a
+    charge's (ledger id, balance after) or None where the key refused it; whether a settlement settled
+    its charge), or SKIPPED."""
     db = connections[DEFAULT_DB_ALIAS]  # the leading request's, which can run a statement alone
-    metrics.grouped(statement="charge", requests=len(items))
+    metrics.grouped(requests=len(items))
     if len(items) == 1:
-        return [db.run_alone(CHARGE_POSTGRES, items[0])[0]]
-    rows, _ = db.run_alone(_statement_for(charge_group_statement, len(items)),
-                           _group_params(_GROUP_CHARGE, items, _now(db)), every_row=True)
-    locked = {key: (None if entry is None else (entry, balance)) for key, entry, balance in rows}
-    return [locked.get(item["key"], SKIPPED) for item in items]
+        kind, params = items[0]
+        if kind == CHARGE:
+            return [db.run_alone(CHARGE_POSTGRES, params)[0]]
+        return [db.run_alone(COMPLETE_POSTGRES, params)[1] == 1]
+    params, charges, settlements = _group_params(items, _now(db))
+    rows, _ = db.run_alone(_STATEMENTS[(charges, settlements)], params, every_row=True)
+    charged = {key: (SKIPPED if not locked else None if entry is None else (entry, balance))
+               for is_charge, key, locked, entry, balance in rows if is_charge}
+    settled = {entry: (SKIPPED if not locked else done is not None)
+               for is_charge, entry, locked, done, _ in rows if not is_charge}
+    return [charged[params["key"]] if kind == CHARGE else settled[params["entry"]] for kind, params in items]
 
 
-def _settlement_group(items: list[dict]) -> list:
-    """The work of a group of settlements: for each item whether its charge was still pending and is now
-    settled, or SKIPPED."""
-    db = connections[DEFAULT_DB_ALIAS]
-    metrics.grouped(statement="settlement", requests=len(items))
-    if len(items) == 1:
-        return [db.run_alone(COMPLETE_POSTGRES, items[0])[1] == 1]
-    rows, _ = db.run_alone(_statement_for(settlement_group_statement, len(items)),
-                           _group_params(_GROUP_SETTLEMENT, items, _now(db)), every_row=True)
-    outcome = {entry: (settled if locked else SKIPPED) for entry, locked, settled in rows}
-    return [outcome[item["entry"]] for item in items]
+def _lock_of(item: tuple[str, dict]) -> tuple[int, bool]:
+    # A charge needs its key row to itself in a group; settlements of one key share it (one release).
+    kind, params = item
+    return params["key"], kind == CHARGE
 
 
-def _in_group(coalescer: Coalescer, params: dict):
+def _in_group(kind: str, params: dict):
+    """The request's charge or settlement run in this process's group; SKIPPED when groups are off."""
+    if groups.size != settings.METERING_GROUP_SIZE:
+        groups.resize(settings.METERING_GROUP_SIZE)
+    if groups.coalescer is None:
+        return SKIPPED
     try:
-        return coalescer.run(params)
+        return groups.coalescer.run((kind, params))
     except GroupInterrupted as exc:  # whether the statement took effect is unknown, as when a connection drops
         raise OperationalError(str(exc)) from exc
 
 
 class _Groups:
-    """This process's two coalescers, made at first use with the group size the settings give then;
-    None when METERING_GROUP_SIZE is 1 (each statement alone)."""
+    """This process's coalescer, made at first use with the group size the settings give then; None when
+    METERING_GROUP_SIZE is 1 (each statement alone)."""
 
     def __init__(self):
         self.size = None
-        self.charges = self.settlements = None
+        self.coalescer = None
 
-    def __call__(self) -> tuple[Coalescer | None, Coalescer | None]:
-        size = settings.METERING_GROUP_SIZE
-        if size != self.size:
-            self.size = size
-            if size == 1:
-                self.charges = self.settlements = None
-            else:
-                self.charges = Coalescer(_charge_group, max_size=size, group_key=lambda item: item["key"])
-                self.settlements = Coalescer(_settlement_group, max_size=size)
-        return self.charges, self.settlements
+    def resize(self, size: int) -> None:
+        self.size = size
+        self.coalescer = None if size == 1 else Coalescer(_run_group, max_size=size, lock_of=_lock_of)
 
 
 groups = _Groups()
@@ -298,9 +308,8 @@ def _take_with_claim(params: dict, db, *, key: ApiKey, idempotency: Idempotency 
 
 def _take(params: dict, db):
     if db.vendor == "postgresql":  # parameters bound on the server (utils_app.postgresql)
-        charges = groups()[0] if db.can_run_alone() else None
-        if charges is not None:
-            row = _in_group(charges, params)
+        if db.can_run_alone():
+            row = _in_group(CHARGE, params)
             if row is not SKIPPED:
                 return row
         return db.run_one(CHARGE_POSTGRES, params)[0]
@@ -362,9 +371,8 @@ def complete(*, entry: int, key: ApiKey, model: AiModel, operation: str, provide
               "latency_ms": min(latency_ms, MAX_LATENCY_MS),
               "now": _now(db), "status": status, "success": success, "deployment": deployment}
     if db.vendor == "postgresql":
-        settlements = groups()[1] if db.can_run_alone() else None
-        if settlements is not None:
-            settled = _in_group(settlements, params)
+        if db.can_run_alone():
+            settled = _in_group(SETTLEMENT, params)
             if settled is not SKIPPED:
                 return settled
         return db.run_one(COMPLETE_POSTGRES, params)[1] == 1

@@ -61,9 +61,9 @@ NO_DEPLOYMENT = Counter("gateway_no_deployment", "Requests answered 502 without 
 TTFB = Histogram("gateway_upstream_ttfb_seconds", "Time to first byte of successful attempts, by deployment "
                  "(a stream: until its commit point; other calls: the whole answer).",
                  ["model", "provider", "deployment"], buckets=UPSTREAM_BUCKETS)
-GROUP_SIZES = Histogram("gateway_metering_group_size", "Requests served by each charge or settlement statement "
-                        "on PostgreSQL: 1 for a request alone, more for requests that queued while another "
-                        "statement of the same process ran (gateway.metering).", ["statement"],
+GROUP_SIZES = Histogram("gateway_metering_group_size", "Charges and settlements served by each metering "
+                        "statement on PostgreSQL: 1 for a request alone, more for requests that queued while "
+                        "another statement of the same process ran (gateway.metering).",
                         buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64))
 OPEN_STREAMS = Gauge("gateway_open_streams", "Event streams being relayed right now.",
                      multiprocess_mode="livesum")
@@ -129,8 +129,8 @@ def refunded(*, model: str, credits: int) -> None:
     _child(CREDITS_REFUNDED, model).inc(credits)
 
 
-def grouped(*, statement: str, requests: int) -> None:
-    _child(GROUP_SIZES, statement).observe(requests)
+def grouped(*, requests: int) -> None:
+    GROUP_SIZES.observe(requests)
 
 
 def limit_rejected(param: str) -> None:

@@ -20,6 +20,8 @@ from models_catalog.models import AiModel, KeyDailyUsage, ModelHourlyUsage, Usag
 from utils_app.coalesce import Coalescer
 from utils_app.db import release_connection
 
+CHARGE, SETTLEMENT = metering.CHARGE, metering.SETTLEMENT
+
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
@@ -56,8 +58,8 @@ def test_a_group_of_charges_takes_from_each_key_with_its_own_row_and_refuses_eac
     rich, _ = make_key(credits=10, max_credits=10)
     broke, _ = make_key(credits=1, max_credits=10)
     other, _ = make_key(credits=5, max_credits=5)
-    results = metering._charge_group([charge_item(rich, chat, 3, "a"), charge_item(broke, chat, 2, "b"),
-                                      charge_item(other, chat, 1, "c")])
+    results = metering._run_group([(CHARGE, charge_item(rich, chat, 3, "a")), (CHARGE, charge_item(broke, chat, 2, "b")),
+                                   (CHARGE, charge_item(other, chat, 1, "c"))])
     assert results[1] is None  # refused alone: the other two charged
     (rich_entry, rich_left), (other_entry, other_left) = results[0], results[2]
     assert (rich_left, other_left) == (7, 4)
@@ -82,8 +84,8 @@ def test_a_group_of_charges_holds_each_condition_of_the_single_charge(chat, make
     item = charge_item(retiered, chat)
     item["tier"] = "premium"  # the tier this process checked is no longer the key's
     fine, _ = make_key(credits=10, max_credits=10)
-    results = metering._charge_group([charge_item(busy, chat), charge_item(revoked, chat), item,
-                                      charge_item(fine, chat)])
+    results = metering._run_group([(CHARGE, charge_item(busy, chat)), (CHARGE, charge_item(revoked, chat)),
+                                   (CHARGE, item), (CHARGE, charge_item(fine, chat))])
     assert results[:3] == [None, None, None] and results[3][1] == 9
     assert LedgerEntry.objects.filter(kind="charge").count() == 1
 
@@ -103,7 +105,7 @@ def test_a_group_of_settlements_writes_what_the_settlements_one_by_one_write(cha
                 assert metering.complete(**{name: value for name, value in item.items()
                                             if name not in ("now", "key", "model_pk")}, key=key, model=chat)
         else:
-            assert metering._settlement_group(items) == [True, True, True]
+            assert metering._run_group([(SETTLEMENT, item) for item in items]) == [True, True, True]
     assert ledger_rows(alone) == ledger_rows(grouped)
     assert usage_rows(alone) == usage_rows(grouped)
     assert [event.request_id for event in UsageEvent.objects.filter(key=grouped).order_by("id")] == [
@@ -124,8 +126,9 @@ def test_a_group_of_settlements_leaves_a_charge_no_longer_pending_as_it_is(chat,
     first, refunded, last = (metering.charge(key=key, model=chat, operation="chat", amount=2, request_id=name)
                              for name in "abc")
     assert metering.refund(entry=refunded) == 6
-    assert metering._settlement_group([settle_item(first, key, chat), settle_item(refunded, key, chat),
-                                       settle_item(last, key, chat)]) == [True, False, True]
+    assert metering._run_group([(SETTLEMENT, settle_item(first, key, chat)),
+                                (SETTLEMENT, settle_item(refunded, key, chat)),
+                                (SETTLEMENT, settle_item(last, key, chat))]) == [True, False, True]
     key.refresh_from_db()
     assert (key.credits, key.in_flight) == (6, 0)  # the refund's slot was released by the refund alone
     assert LedgerEntry.objects.get(pk=refunded).status == "refunded"
@@ -133,11 +136,36 @@ def test_a_group_of_settlements_leaves_a_charge_no_longer_pending_as_it_is(chat,
     assert mismatches() == []
 
 
+def test_charges_and_settlements_of_other_keys_share_one_statement(chat, make_key):
+    settling, _ = make_key(credits=10, max_credits=10)
+    charging, _ = make_key(credits=10, max_credits=10)
+    broke, _ = make_key(credits=0, max_credits=10)
+    first, second = (metering.charge(key=settling, model=chat, operation="chat", amount=2, request_id=name)
+                     for name in ("s1", "s2"))
+    release_connection(connection)
+    with CaptureQueriesContext(connection) as captured:
+        results = metering._run_group([(SETTLEMENT, settle_item(first, settling, chat)),
+                                       (CHARGE, charge_item(charging, chat, 3, "c")),
+                                       (SETTLEMENT, settle_item(second, settling, chat, tokens=(7, 8))),
+                                       (CHARGE, charge_item(broke, chat, 1, "b"))])
+    assert len(captured.captured_queries) == 1
+    assert results[0] is True and results[2] is True and results[3] is None
+    entry, balance = results[1]
+    assert balance == 7
+    assert LedgerEntry.objects.get(pk=entry).request_id == "c"
+    settling.refresh_from_db()
+    charging.refresh_from_db()
+    assert (settling.credits, settling.in_flight, charging.credits, charging.in_flight) == (6, 0, 7, 1)
+    assert sorted(UsageEvent.objects.filter(key=settling).values_list("input_tokens", "output_tokens")) == [
+        (3, 2), (7, 8)]
+    assert mismatches() == []
+
+
 def test_the_in_flight_count_released_by_a_group_never_goes_below_zero(chat, make_key):
     key, _ = make_key(credits=10, max_credits=10)
     entries = [metering.charge(key=key, model=chat, operation="chat", amount=1, request_id=str(n)) for n in range(3)]
     ApiKey.objects.filter(pk=key.pk).update(in_flight=1)  # as a single settlement's CASE guards it
-    assert metering._settlement_group([settle_item(entry, key, chat) for entry in entries]) == [True] * 3
+    assert metering._run_group([(SETTLEMENT, settle_item(entry, key, chat)) for entry in entries]) == [True] * 3
     key.refresh_from_db()
     assert key.in_flight == 0
 
@@ -166,10 +194,10 @@ def test_a_group_leaves_out_a_key_another_transaction_holds_instead_of_waiting_f
     free, _ = make_key(credits=10, max_credits=10)
     entry = metering.charge(key=held, model=chat, operation="chat", amount=1, request_id="earlier")
     held_key(held)
-    results = metering._charge_group([charge_item(held, chat, 2, "a"), charge_item(free, chat, 2, "b")])
+    results = metering._run_group([(CHARGE, charge_item(held, chat, 2, "a")), (CHARGE, charge_item(free, chat, 2, "b"))])
     assert results[0] is metering.SKIPPED and results[1][1] == 8
-    assert metering._settlement_group([settle_item(entry, held, chat), settle_item(results[1][0], free, chat)]) == [
-        metering.SKIPPED, True]
+    assert metering._run_group([(SETTLEMENT, settle_item(entry, held, chat)),
+                                (SETTLEMENT, settle_item(results[1][0], free, chat))]) == [metering.SKIPPED, True]
     assert LedgerEntry.objects.get(pk=entry).status == "pending"  # its settlement runs alone, later
     assert not LedgerEntry.objects.filter(request_id="a").exists()
 
@@ -177,16 +205,15 @@ def test_a_group_leaves_out_a_key_another_transaction_holds_instead_of_waiting_f
 def test_a_request_left_out_of_its_group_runs_its_statement_alone_once_the_key_is_free(chat, make_key, held_key,
                                                                                          monkeypatch):
     held, _ = make_key(credits=10, max_credits=10)
-    charges, _ = metering.groups()
+    metering.groups.resize(16)
     calls = []
-    monkeypatch.setattr(charges, "work", lambda items: calls.append(items) or [metering.SKIPPED for _ in items])
+    monkeypatch.setattr(metering.groups.coalescer, "work",
+                        lambda items: calls.append(items) or [metering.SKIPPED for _ in items])  # as if held
     release_connection(connection)  # as in a served request: the statements may run alone
     entry = metering.charge(key=held, model=chat, operation="chat", amount=3, request_id="alone")
     assert held.credits == 7
     row = LedgerEntry.objects.get(pk=entry)
     assert (row.request_id, row.amount, row.balance_after, row.status) == ("alone", -3, 7, "pending")
-    _, settlements = metering.groups()
-    monkeypatch.setattr(settlements, "work", lambda items: calls.append(items) or [metering.SKIPPED for _ in items])
     release_connection(connection)
     assert metering.complete(entry=entry, key=held, model=chat, operation="chat", provider="local", input_tokens=1,
                              output_tokens=1, latency_ms=1)
@@ -202,12 +229,12 @@ def test_a_group_whose_leader_was_interrupted_fails_its_requests_as_a_lost_conne
     from utils_app.coalesce import GroupInterrupted
 
     key, _ = make_key(credits=10, max_credits=10)
-    charges, _ = metering.groups()
+    metering.groups.resize(16)
 
     def interrupted(items):
         raise GroupInterrupted("the statement of this request's group was interrupted")
 
-    monkeypatch.setattr(charges, "work", interrupted)
+    monkeypatch.setattr(metering.groups.coalescer, "work", interrupted)
     release_connection(connection)
     with pytest.raises(OperationalError, match="interrupted"):
         metering.charge(key=key, model=chat, operation="chat", amount=1, request_id="r")
@@ -215,32 +242,32 @@ def test_a_group_whose_leader_was_interrupted_fails_its_requests_as_a_lost_conne
 
 def test_with_a_group_size_of_one_each_statement_runs_alone(chat, make_key, settings, monkeypatch):
     settings.METERING_GROUP_SIZE = 1
-    assert metering.groups() == (None, None)
     key, _ = make_key(credits=10, max_credits=10)
     release_connection(connection)
-    with CaptureQueriesContext(connection) as captured:
-        entry = metering.charge(key=key, model=chat, operation="chat", amount=1, request_id="r")
-    assert [query["sql"] for query in captured.captured_queries] == [metering.CHARGE_POSTGRES]
+    monkeypatch.setattr(metering, "_run_group", lambda items: pytest.fail("no group may run"))
+    entry = metering.charge(key=key, model=chat, operation="chat", amount=1, request_id="r")
+    assert metering.groups.coalescer is None and connection.connection is None  # alone, on a pooled connection
     assert metering.complete(entry=entry, key=key, model=chat, operation="chat", provider="local", input_tokens=1,
                              output_tokens=1, latency_ms=1)
-    settings.METERING_GROUP_SIZE = 16
-    charges, settlements = metering.groups()
-    assert (charges.max_size, settlements.max_size) == (16, 16)
+    monkeypatch.undo()
+    settings.METERING_GROUP_SIZE = 8
+    release_connection(connection)
+    metering.charge(key=key, model=chat, operation="chat", amount=1, request_id="r2")
+    assert metering.groups.coalescer.max_size == 8
     assert mismatches() == []
 
 
 def test_concurrent_requests_of_one_process_share_statements_and_every_credit_is_accounted_for(chat, make_key):
     keys = [make_key(credits=1000, max_credits=1000, max_concurrent=50)[0] for _ in range(6)]
-    sizes = {"charge": [], "settlement": []}
-    charges, settlements = metering.groups()
+    groups = []
+    metering.groups.resize(16)
+    coalescer = metering.groups.coalescer
 
-    def spy(name, work):
-        def counted(items):
-            sizes[name].append(len(items))
-            return work(items)
-        return counted
+    def counted(items):
+        groups.append([kind for kind, _ in items])
+        return metering._run_group(items)
 
-    charges.work, settlements.work = spy("charge", charges.work), spy("settlement", settlements.work)
+    coalescer.work = counted
     failures = []
 
     def requests(number):
@@ -264,11 +291,13 @@ def test_concurrent_requests_of_one_process_share_statements_and_every_credit_is
         for thread in threads:
             thread.join(120)
     finally:
-        charges.work, settlements.work = metering._charge_group, metering._settlement_group
+        coalescer.work = metering._run_group
     assert failures == []
-    assert sum(sizes["charge"]) == sum(sizes["settlement"]) == 300
-    assert max(sizes["charge"]) > 1 and max(sizes["settlement"]) > 1  # they did share statements
-    assert max(sizes["charge"]) <= len(keys)  # one charge per key in a group
+    kinds = [kind for group in groups for kind in group]
+    assert kinds.count(CHARGE) == kinds.count(SETTLEMENT) == 300
+    assert max(len(group) for group in groups) > 1  # they did share statements
+    assert any(CHARGE in group and SETTLEMENT in group for group in groups)  # both kinds in one
+    assert max(group.count(CHARGE) for group in groups) <= len(keys)  # one charge per key in a group
     for key in keys:
         key.refresh_from_db()
         assert (key.credits, key.in_flight) == (900, 0)
@@ -278,14 +307,22 @@ def test_concurrent_requests_of_one_process_share_statements_and_every_credit_is
 
 
 def test_groups_of_several_processes_sharing_keys_never_deadlock(chat, make_key, monkeypatch):
-    """Two pairs of coalescers stand for two worker processes: their groups lock the same key and rollup
+    """Two coalescers stand for two worker processes: their groups lock the same key and rollup
     rows at once, which would deadlock without SKIP LOCKED on the keys and the one order of the rollups."""
     keys = [make_key(credits=10_000, max_credits=10_000, max_concurrent=100)[0] for _ in range(5)]
     models = [chat, AiModel.objects.get(model_id="local-embedding")]
-    workers = [(Coalescer(metering._charge_group, max_size=8, group_key=lambda item: item["key"]),
-                Coalescer(metering._settlement_group, max_size=8)) for _ in range(2)]
+    workers = [Coalescer(metering._run_group, max_size=8, lock_of=metering._lock_of) for _ in range(2)]
     mine = threading.local()
-    monkeypatch.setattr(metering, "groups", lambda: workers[mine.worker])
+
+    class TwoWorkers:
+        from django.conf import settings
+        size = settings.METERING_GROUP_SIZE  # the settings' own: nothing is made anew
+
+        @property
+        def coalescer(self):
+            return workers[mine.worker]
+
+    monkeypatch.setattr(metering, "groups", TwoWorkers())
     failures = []
     done = []
 

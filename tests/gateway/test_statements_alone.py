@@ -1,5 +1,7 @@
 """Outside a transaction, the metered request's two statements run alone on pooled connections
 (utils_app.postgresql.base.DatabaseWrapper.run_alone): same statements, same answers, Django's errors."""
+import time
+
 import pytest
 from django.db import DatabaseError, ProgrammingError, connection
 from django.test.utils import CaptureQueriesContext
@@ -105,6 +107,14 @@ def test_a_pooled_connection_the_server_ended_is_passed_over(client, seeded, fre
         cursor.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                        "WHERE datname = current_database() AND pid <> pg_backend_pid()")
         ended = cursor.fetchone()[0]
+        # pg_terminate_backend only signals: wait until they are gone, as after a restart, so that each
+        # has sent its farewell before a request checks the pool (bounded: 5 s).
+        for _ in range(100):
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND pid <> pg_backend_pid()")
+            if cursor.fetchone()[0] == 0:
+                break
+            time.sleep(0.05)
     release_connection(connection)  # this one goes back alive
     assert ended >= 1
     for _ in range(3):
@@ -153,6 +163,22 @@ def test_each_parameter_type_arrives_as_psycopg_would_send_it(own_connection):
     # What psycopg's own cursor reads back from the same rows: the same values.
     assert own_connection.execute("SELECT count(*) FROM alone WHERE at = %s AND naive = %s",
                                   [at, naive]).fetchone() == (4,)
+
+
+def test_a_list_arrives_as_the_array_the_statement_casts_it_to(own_connection):
+    from utils_app.postgresql.base import run_on_libpq
+
+    words = ["plain", "", "it's \"quoted\" \\ {braces}, commas", "zéro ☃", "NULL", None, " spaced "]
+    sql = ("SELECT %(numbers)s::int8[], %(words)s::text[], %(flags)s::bool[], "
+           "array_length(%(words)s::text[], 1), %(empty)s::int4[]")
+    row, _ = run_on_libpq(own_connection, sql, {"numbers": [1, -2**63, 2**63 - 1, None], "words": words,
+                                                 "flags": [True, False, None], "empty": []})
+    assert row == ([1, -2**63, 2**63 - 1, None], words, [True, False, None], len(words), [])
+    # What psycopg's own cursor sends for the same lists reads back the same.
+    assert own_connection.execute("SELECT %s::text[]", [words]).fetchone()[0] == words
+    # A NUL byte, or an element of another type, is left to psycopg's cursor with nothing sent.
+    assert run_on_libpq(own_connection, "SELECT %(words)s::text[]", {"words": ["nul\x00byte"]}) is None
+    assert run_on_libpq(own_connection, "SELECT %(x)s::float8[]", {"x": [1.5]}) is None
 
 
 def test_a_value_only_psycopg_can_send_is_left_to_it_without_anything_sent(own_connection):

@@ -47,6 +47,26 @@ def wait_queued(coalescer, count):
     raise AssertionError(f"{count} callers never queued")
 
 
+def queued_behind_a_group(coalescer, gate, first, queued):
+    """Run ``first`` in a group held open until each of ``queued`` has queued, in that order, then let
+    them all go; every caller's result, by item."""
+    results = {}
+
+    def call(item):
+        results[item] = coalescer.run(item)
+
+    gate.hold()
+    threads = [start(call, first)]
+    assert gate.entered.wait(5)
+    for number, item in enumerate(queued, start=1):
+        threads.append(start(call, item))
+        wait_queued(coalescer, number)
+    gate.release.set()
+    for thread in threads:
+        thread.join(5)
+    return results
+
+
 def test_a_lone_caller_runs_its_own_group_at_once():
     gate = Gate()
     coalescer = Coalescer(gate, max_size=8)
@@ -58,43 +78,15 @@ def test_a_lone_caller_runs_its_own_group_at_once():
 def test_callers_arriving_while_a_group_runs_are_served_together_by_the_next_group():
     gate = Gate()
     coalescer = Coalescer(gate, max_size=8)
-    results = {}
-
-    def call(item):
-        results[item] = coalescer.run(item)
-
-    gate.hold()
-    first = start(call, 1)
-    assert gate.entered.wait(5)
-    others = [start(call, item) for item in (2, 3, 4)]
-    wait_queued(coalescer, 3)
-    gate.release.set()
-    for thread in [first, *others]:
-        thread.join(5)
-    assert results == {1: 10, 2: 20, 3: 30, 4: 40}
-    assert gate.groups[0] == [1]
-    assert sorted(gate.groups[1]) == [2, 3, 4] and len(gate.groups) == 2
+    assert queued_behind_a_group(coalescer, gate, 1, (2, 3, 4)) == {1: 10, 2: 20, 3: 30, 4: 40}
+    assert gate.groups == [[1], [2, 3, 4]]
     assert coalescer._leads == 0 and not coalescer._queue
 
 
 def test_a_group_takes_at_most_max_size_items_and_the_rest_wait_for_the_next():
     gate = Gate()
     coalescer = Coalescer(gate, max_size=2)
-    results = {}
-
-    def call(item):
-        results[item] = coalescer.run(item)
-
-    gate.hold()
-    first = start(call, 0)
-    assert gate.entered.wait(5)
-    others = []
-    for item in (1, 2, 3, 4, 5):  # queued in this order
-        others.append(start(call, item))
-        wait_queued(coalescer, item)
-    gate.release.set()
-    for thread in [first, *others]:
-        thread.join(5)
+    results = queued_behind_a_group(coalescer, gate, 0, (1, 2, 3, 4, 5))
     assert results == {item: item * 10 for item in range(6)}
     assert gate.groups == [[0], [1, 2], [3, 4], [5]]
 
@@ -102,22 +94,9 @@ def test_a_group_takes_at_most_max_size_items_and_the_rest_wait_for_the_next():
 def test_items_that_need_one_name_to_themselves_go_in_different_groups():
     gate = Gate()
     coalescer = Coalescer(gate, max_size=8, lock_of=lambda item: (item % 3, True))
-    results = {}
-
-    def call(item):
-        results[item] = coalescer.run(item)
-
-    gate.hold()
-    first = start(call, 100)
-    assert gate.entered.wait(5)
-    others = []
-    for number, item in enumerate((1, 4, 2, 7, 5), start=1):  # keys 1, 1, 2, 1, 2
-        others.append(start(call, item))
-        wait_queued(coalescer, number)
-    gate.release.set()
-    for thread in [first, *others]:
-        thread.join(5)
-    assert results == {item: item * 10 for item in (100, 1, 4, 2, 7, 5)}
+    queued = (1, 4, 2, 7, 5)  # names 1, 1, 2, 1, 2
+    results = queued_behind_a_group(coalescer, gate, 100, queued)
+    assert results == {item: item * 10 for item in (100, *queued)}
     assert gate.groups[1:] == [[1, 2], [4, 5], [7]]
     for group in gate.groups:
         assert len({item % 3 for item in group}) == len(group)
@@ -127,22 +106,8 @@ def test_items_may_share_a_name_unless_one_of_them_needs_it_to_itself():
     gate = Gate()
     # Even items share their name; odd ones need theirs to themselves. Names: the item // 10.
     coalescer = Coalescer(gate, max_size=8, lock_of=lambda item: (item // 10, item % 2 == 1))
-    results = {}
-
-    def call(item):
-        results[item] = coalescer.run(item)
-
-    gate.hold()
-    first = start(call, 100)
-    assert gate.entered.wait(5)
     queued = (10, 12, 11, 14, 21, 20, 22, 23, 30)
-    others = []
-    for number, item in enumerate(queued, start=1):
-        others.append(start(call, item))
-        wait_queued(coalescer, number)
-    gate.release.set()
-    for thread in [first, *others]:
-        thread.join(5)
+    results = queued_behind_a_group(coalescer, gate, 100, queued)
     assert results == {item: item * 10 for item in (100, *queued)}
     # 10, 12 and 14 share name 1; 11 needs it alone. 21 takes name 2 alone; 20 and 22 wait, then share it.
     assert gate.groups[1:] == [[10, 12, 14, 21, 30], [11, 20, 22], [23]]

@@ -42,7 +42,16 @@ import logging
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, OperationalError, connection, connections, transaction
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    DatabaseError,
+    DataError,
+    IntegrityError,
+    OperationalError,
+    connection,
+    connections,
+    transaction,
+)
 from django.utils import timezone
 
 from keys import auth_cache
@@ -193,7 +202,7 @@ def _group_params(items: list[tuple[str, dict]], now) -> tuple[dict, bool, bool]
 def _run_group(items: list[tuple[str, dict]]) -> list:
     """A group's work: for each (kind, params) its outcome, as the statement alone would answer it (a
     charge's (ledger id, balance after) or None where the key refused it; whether a settlement settled
-    its charge), or SKIPPED."""
+    its charge), SKIPPED, or the DatabaseError of its own statement when the group's was refused."""
     db = connections[DEFAULT_DB_ALIAS]  # the leading request's, which can run a statement alone
     metrics.grouped(requests=len(items))
     if len(items) == 1:
@@ -202,12 +211,27 @@ def _run_group(items: list[tuple[str, dict]]) -> list:
             return [db.run_alone(CHARGE_POSTGRES, params)[0]]
         return [db.run_alone(COMPLETE_POSTGRES, params)[1] == 1]
     params, charges, settlements = _group_params(items, _now(db))
-    rows, _ = db.run_alone(_STATEMENTS[(charges, settlements)], params, every_row=True)
+    try:
+        rows, _ = db.run_alone(_STATEMENTS[(charges, settlements)], params, every_row=True)
+    except (DataError, IntegrityError):
+        # One request's row refused by the database (a value a column cannot hold, say): the statement
+        # took nothing, so each request runs alone, and only the one at fault fails.
+        return [_alone(db, kind, params) for kind, params in items]
     charged = {key: (SKIPPED if not locked else None if entry is None else (entry, balance))
                for is_charge, key, locked, entry, balance in rows if is_charge}
     settled = {entry: (SKIPPED if not locked else done is not None)
                for is_charge, entry, locked, done, _ in rows if not is_charge}
     return [charged[params["key"]] if kind == CHARGE else settled[params["entry"]] for kind, params in items]
+
+
+def _alone(db, kind: str, params: dict):
+    """One request's statement by itself, for a group the database refused: its outcome, or its error."""
+    try:
+        if kind == CHARGE:
+            return db.run_alone(CHARGE_POSTGRES, params)[0]
+        return db.run_alone(COMPLETE_POSTGRES, params)[1] == 1
+    except DatabaseError as exc:
+        return exc
 
 
 def _lock_of(item: tuple[str, dict]) -> tuple[int, bool]:
@@ -223,9 +247,12 @@ def _in_group(kind: str, params: dict):
     if groups.coalescer is None:
         return SKIPPED
     try:
-        return groups.coalescer.run((kind, params))
+        outcome = groups.coalescer.run((kind, params))
     except GroupInterrupted as exc:  # whether the statement took effect is unknown, as when a connection drops
         raise OperationalError(str(exc)) from exc
+    if isinstance(outcome, DatabaseError):  # its own statement failed when the group's was refused
+        raise outcome
+    return outcome
 
 
 class _Groups:

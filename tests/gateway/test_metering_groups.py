@@ -161,6 +161,30 @@ def test_charges_and_settlements_of_other_keys_share_one_statement(chat, make_ke
     assert mismatches() == []
 
 
+def test_a_group_the_database_refuses_for_one_request_fails_that_request_alone(chat, make_key, monkeypatch):
+    from django.db import DataError
+
+    good, _ = make_key(credits=10, max_credits=10)
+    bad, _ = make_key(credits=10, max_credits=10)
+    charging, _ = make_key(credits=10, max_credits=10)
+    good_entry, bad_entry = (metering.charge(key=key, model=chat, operation="chat", amount=1, request_id=name)
+                             for key, name in ((good, "g"), (bad, "b")))
+    refused = settle_item(bad_entry, bad, chat, provider="p" * 65)  # longer than the column holds
+    results = metering._run_group([(SETTLEMENT, settle_item(good_entry, good, chat)), (SETTLEMENT, refused),
+                                   (CHARGE, charge_item(charging, chat, 2, "c"))])
+    assert results[0] is True and isinstance(results[1], DataError) and results[2][1] == 8
+    assert LedgerEntry.objects.get(pk=good_entry).status == "completed"
+    assert LedgerEntry.objects.get(pk=bad_entry).status == "pending"  # its settlement is retried as before
+    # Through the group, the request at fault gets its own error raised.
+    metering.groups.resize(16)
+    monkeypatch.setattr(metering.groups.coalescer, "work", lambda items: [results[1]])
+    release_connection(connection)
+    with pytest.raises(DataError):
+        metering.complete(entry=bad_entry, key=bad, model=chat, operation="chat", provider="p" * 65,
+                          input_tokens=1, output_tokens=1, latency_ms=1)
+    assert mismatches() == []
+
+
 def test_the_in_flight_count_released_by_a_group_never_goes_below_zero(chat, make_key):
     key, _ = make_key(credits=10, max_credits=10)
     entries = [metering.charge(key=key, model=chat, operation="chat", amount=1, request_id=str(n)) for n in range(3)]

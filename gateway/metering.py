@@ -39,6 +39,7 @@ then key, each group at one settlement time (so in one hour): no two of them can
 each other in a cycle.
 """
 import logging
+import time
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -265,7 +266,10 @@ class _Groups:
 
     def resize(self, size: int) -> None:
         self.size = size
-        self.coalescer = None if size == 1 else Coalescer(_run_group, max_size=size, lock_of=_lock_of)
+        # Under load, a group about to start yields once (time.sleep(0): in a gevent worker, the other
+        # greenlets ready to run go first): those that reach their charge or settlement meanwhile join it.
+        self.coalescer = (None if size == 1 else
+                          Coalescer(_run_group, max_size=size, lock_of=_lock_of, gather=lambda: time.sleep(0)))
 
 
 groups = _Groups()

@@ -8,6 +8,11 @@ items whose locks conflict), and any item left over waits for the group after. S
 the load by themselves: a caller waits at most for the group running when it arrived, and one
 call serves the whole next group.
 
+Under load, a caller that finds no group running yields once before it takes its group
+(``gather``): the other greenlets or threads ready to run go first, and those that reach ``run``
+meanwhile join its group instead of waiting for the next. It does so only when the group before
+it had company; a lone request at a quiet moment never waits.
+
 Whatever the group's work raises, every caller of the group raises. The lead is always handed to
 a queued caller under the lock, before the leader returns, and a caller that stops waiting
 (a killed greenlet) passes on a lead it was given: no item is ever left queued without a leader.
@@ -58,12 +63,15 @@ class Coalescer(Generic[T, R]):
     """
 
     def __init__(self, work: Callable[[Sequence[T]], Sequence[R]], *, max_size: int,
-                 lock_of: Callable[[T], tuple[Hashable, bool]] | None = None):
+                 lock_of: Callable[[T], tuple[Hashable, bool]] | None = None,
+                 gather: Callable[[], None] | None = None):
         if max_size < 1:
             raise ValueError("max_size must be at least 1")
         self.work = work
         self.max_size = max_size
         self.lock_of = lock_of
+        self.gather = gather
+        self._company = False  # whether the last group found others queued with its leader
         self._pid = None
         self._lock = None
         self._queue: list[_Waiting[T]] = []
@@ -89,6 +97,12 @@ class Coalescer(Generic[T, R]):
                 raise
             if not me.lead:
                 return self._outcome(me)
+        elif self.gather is not None and self._company:
+            try:
+                self.gather()
+            except BaseException:
+                self._leave(me)
+                raise
         self._run_group(me)
         return self._outcome(me)
 
@@ -118,6 +132,7 @@ class Coalescer(Generic[T, R]):
     def _take(self, me: _Waiting[T]) -> list[_Waiting[T]]:
         """The leader's group: its own item first, then every queued one that fits, in the order they came."""
         with self._lock:
+            self._company = len(self._queue) > 1
             self._queue.remove(me)
             group, left, held = [me], [], {}  # each name held by the group: whether to itself
             if self.lock_of is not None:

@@ -113,6 +113,50 @@ def test_items_may_share_a_name_unless_one_of_them_needs_it_to_itself():
     assert gate.groups[1:] == [[10, 12, 14, 21, 30], [11, 20, 22], [23]]
 
 
+def test_a_caller_that_starts_a_group_after_one_with_company_gathers_first_and_those_arriving_join_it():
+    gate = Gate()
+    gathered, arrivals, results = [], [], {}
+
+    def gather():  # stands for the other greenlets that run while the caller yields
+        gathered.append(len(gate.groups))
+        if len(gathered) == 1:
+            arrivals.extend(start(lambda item: results.__setitem__(item, coalescer.run(item)), item) for item in (8, 9))
+            wait_queued(coalescer, 3)
+
+    coalescer = Coalescer(gate, max_size=8, gather=gather)
+    assert coalescer.run(1) == 10  # alone at a quiet moment
+    assert queued_behind_a_group(coalescer, gate, 2, (3, 4)) == {2: 20, 3: 30, 4: 40}
+    assert gathered == []  # no caller that started a group came after one with company
+    assert coalescer.run(5) == 50  # the group of 3 and 4 had company: 5 gathers, and 8 and 9 join it
+    for thread in arrivals:
+        thread.join(5)
+    assert results == {8: 80, 9: 90}
+    assert gate.groups == [[1], [2], [3, 4], [5, 8, 9]] and gathered == [3]
+    assert coalescer.run(6) == 60 and gathered == [3, 4]  # still after a group with company
+    assert coalescer.run(7) == 70 and gathered == [3, 4]  # after 6 alone: none
+
+
+def test_a_caller_interrupted_while_it_gathers_hands_its_lead_on():
+    class Interrupted(BaseException):
+        pass
+
+    gate = Gate()
+    later = []
+
+    def gather():
+        later.append(start(lambda: later.append(coalescer.run(7))))
+        wait_queued(coalescer, 2)
+        raise Interrupted
+
+    coalescer = Coalescer(gate, max_size=8, gather=gather)
+    queued_behind_a_group(coalescer, gate, 1, (2, 3))  # a group with company: the next caller gathers
+    with pytest.raises(Interrupted):
+        coalescer.run(4)
+    later[0].join(5)
+    assert later[1:] == [70]  # the caller queued meanwhile led a group of its own
+    assert gate.groups[-1] == [7] and coalescer._leads == 0 and not coalescer._queue
+
+
 def test_what_the_work_raises_every_caller_of_the_group_raises():
     release = threading.Event()
     entered = threading.Event()

@@ -1,6 +1,7 @@
 """PostgreSQL's CPU per request when requests share their metering statements: groups of 1, 2, 4… replayed.
 
     .venv/bin/python bench/groups_replay.py [--sizes 1 2 4 8] [--requests 2400] [--rounds 6] [--ledger 200000]
+    .venv/bin/python bench/groups_replay.py --growth 40 [--sizes 3]
 
 A served process groups the charges and settlements of its concurrent requests into one statement
 (gateway.metering, docs/ledger.md). This replays that from one connection, on the bench's own
@@ -17,10 +18,18 @@ Per request (a charge and its settlement) it reports the connection's backend CP
 CPU and the WAL written. The ledger starts with --ledger rows and is analyzed, so that the plans
 are those of an established database, not of a new one. Every key's balance is reconciled with
 its ledger at the end.
+
+--growth SECONDS instead replays groups of the first --sizes for that long on a new, empty ledger,
+twice, each on a database of its own: with the prepared statements made anew on their doubling
+schedule (utils_app/postgresql/base.py REPLAN_FIRST_SECONDS), and with each statement's first plan
+kept for the whole run. It prints the backend's CPU per request over 3,000 requests, every 12,000: a plan made
+while the ledger was a few pages long that keeps scanning it whole shows as a cost that grows
+with the ledger.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -48,6 +57,10 @@ from keys.ledger import mismatches
 from utils_app.postgresql.base import run_on_libpq
 
 sizes, requests, rounds = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+growth = float(sys.argv[4])
+if os.environ.get("BENCH_KEEP_FIRST_PLANS"):
+    import utils_app.postgresql.base
+    utils_app.postgresql.base.REPLAN_FIRST_SECONDS = float("inf")
 
 
 def backend_cpu(pid):
@@ -110,6 +123,15 @@ def wal():
     return connection.execute("SELECT pg_current_wal_lsn()", prepare=False).fetchone()[0]
 
 
+if growth:
+    series, started, done, cpu = [], time.monotonic(), 0, backend_cpu(pid)
+    while time.monotonic() - started < growth:
+        run(sizes[0], 3000)
+        done += 3000
+        series.append([round(time.monotonic() - started, 1), done, (backend_cpu(pid) - cpu) * 1000 / 3000])
+        cpu = backend_cpu(pid)
+    print(json.dumps({"series": series, "mismatches": len(mismatches())}))
+    sys.exit()
 for size in sizes:  # warm-up: caches, each statement prepared and planned
     run(size, 40 * size)
 results = {size: [] for size in sizes}
@@ -126,6 +148,27 @@ print(json.dumps({"results": results, "mismatches": len(mismatches())}))
 '''
 
 
+def prepare(gateway: harness.Gateway, postgres: harness.PrivatePostgres, database: str, ledger: int) -> None:
+    """A migrated database with KEYS keys and, past them, a ledger of ``ledger`` settled charges, analyzed."""
+    harness._reset_postgres(gateway.database_url)
+    gateway.manage("migrate", "--noinput")
+    gateway.manage("seed_models", str(harness.CATALOG))
+    for _ in range(KEYS):
+        gateway.manage("issue_key", "--tier", "free", "--credits", str(10**12), "--max-credits", str(10**12),
+                       "--rpm", "1000", "--rph", "10000")
+    if ledger:
+        # One more key whose settled charges fill the ledger, as an established database's ledger is full.
+        gateway.manage("issue_key", "--tier", "free", "--credits", str(ledger), "--max-credits", str(ledger),
+                       "--name", "ledger filler")
+        postgres.query(
+            "WITH k AS (UPDATE keys_apikey SET credits = 0 WHERE name = 'ledger filler' RETURNING id) "
+            "INSERT INTO keys_ledgerentry (key_id, kind, amount, balance_after, status, actor, request_id, "
+            f"operation, model, provider, created_at, settled_at) SELECT k.id, 'charge', -1, {ledger} - g, "
+            "'completed', '', 'filler-' || g, 'chat', 'bench-chat', 'bench-fast', now(), now() FROM k, "
+            f"generate_series(1, {ledger}) g", database=database)
+        postgres.query("VACUUM ANALYZE", database=database)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", type=int, default=[1, 2, 4, 8],
@@ -133,6 +176,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2400, help="requests per measurement (a multiple of each size)")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--ledger", type=int, default=200_000, help="ledger rows before the replay")
+    parser.add_argument("--growth", type=float, default=0,
+                        help="seconds of groups on a new ledger, plans renewed and plans kept (see above)")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
     if any(size < 1 or size > KEYS // 2 for size in args.sizes):
@@ -141,35 +186,42 @@ def main() -> None:
     workdir = harness.make_workdir("groups")
     postgres = harness.PrivatePostgres(workdir, max_connections=50)
     redis = None
+    outs = {}
     try:
         postgres.start()
         redis = harness.PrivateRedis(workdir)  # the set-up commands' cache, never the machine's
-        gateway = harness.Gateway("postgres+redis", workdir, source=harness.ROOT,
-                                  database_url=postgres.url("gw_bench_groups"), redis_url=redis.url(0))
-        harness._reset_postgres(gateway.database_url)
-        gateway.manage("migrate", "--noinput")
-        gateway.manage("seed_models", str(harness.CATALOG))
-        for _ in range(KEYS):
-            gateway.manage("issue_key", "--tier", "free", "--credits", str(10**12), "--max-credits", str(10**12),
-                           "--rpm", "1000", "--rph", "10000")
-        # One more key whose settled charges fill the ledger, as an established database's ledger is full.
-        gateway.manage("issue_key", "--tier", "free", "--credits", str(args.ledger), "--max-credits",
-                       str(args.ledger), "--name", "ledger filler")
-        postgres.query(
-            "WITH k AS (UPDATE keys_apikey SET credits = 0 WHERE name = 'ledger filler' RETURNING id) "
-            "INSERT INTO keys_ledgerentry (key_id, kind, amount, balance_after, status, actor, request_id, "
-            f"operation, model, provider, created_at, settled_at) SELECT k.id, 'charge', -1, {args.ledger} - g, "
-            "'completed', '', 'filler-' || g, 'chat', 'bench-chat', 'bench-fast', now(), now() FROM k, "
-            f"generate_series(1, {args.ledger}) g", database="gw_bench_groups")
-        postgres.query("VACUUM ANALYZE", database="gw_bench_groups")
-        out = subprocess.run([harness.PYTHON, "-c", MEASURE, json.dumps(args.sizes), str(args.requests),
-                              str(args.rounds)], cwd=harness.ROOT, env=gateway.env, check=True,
-                             stdout=subprocess.PIPE, text=True).stdout
+        runs = {"renewed": {}, "kept": {"BENCH_KEEP_FIRST_PLANS": "1"}} if args.growth else {"replay": {}}
+        for name, env in runs.items():
+            gateway = harness.Gateway("postgres+redis", workdir / name, source=harness.ROOT,
+                                      database_url=postgres.url(f"gw_bench_groups_{name}"), redis_url=redis.url(0))
+            prepare(gateway, postgres, f"gw_bench_groups_{name}", 0 if args.growth else args.ledger)
+            outs[name] = subprocess.run([harness.PYTHON, "-c", MEASURE, json.dumps(args.sizes), str(args.requests),
+                                         str(args.rounds), str(args.growth)], cwd=harness.ROOT,
+                                        env={**gateway.env, **env}, check=True, stdout=subprocess.PIPE,
+                                        text=True).stdout
     finally:
         if redis is not None:
             redis.stop()
         postgres.stop()
         harness.remove_workdir(workdir, keep=args.keep)
+    if args.growth:
+        answers = {name: json.loads(out.strip().splitlines()[-1]) for name, out in outs.items()}
+        print(f"\ngroups_replay.py --growth: groups of {args.sizes[0]} on a new ledger, backend CPU per request "
+              f"over each 3,000 requests\n")
+        print("| new ledger rows | plans renewed: s, ms | first plans kept: s, ms |")
+        print("|---:|---:|---:|")
+        for renewed, kept in itertools.zip_longest(answers["renewed"]["series"], answers["kept"]["series"]):
+            rows = (renewed or kept)[1]
+            if rows % 12_000:
+                continue
+            print(f"| {rows:,} | " + " | ".join(f"{point[0]}, {point[2]:.3f}" if point else "–"
+                                                for point in (renewed, kept)) + " |")
+        mismatched = sum(answer["mismatches"] for answer in answers.values())
+        print(f"\nreconcile: {mismatched} mismatch(es)")
+        if mismatched:
+            raise SystemExit("the ledger does not reconcile after the replay")
+        return
+    out = outs["replay"]
     answer = json.loads(out.strip().splitlines()[-1])
     print(f"\ngroups_replay.py: {args.rounds} rounds of {args.requests} requests (a charge and its settlement) per "
           f"group size, one connection, a ledger of {args.ledger:,} rows; medians per request\n")

@@ -211,9 +211,9 @@ def _run_group(items: list[tuple[str, dict]]) -> list:
         if kind == CHARGE:
             return [db.run_alone(CHARGE_POSTGRES, params)[0]]
         return [db.run_alone(COMPLETE_POSTGRES, params)[1] == 1]
-    params, charges, settlements = _group_params(items, _now(db))
+    arrays, charges, settlements = _group_params(items, _now(db))
     try:
-        rows, _ = db.run_alone(_STATEMENTS[(charges, settlements)], params, every_row=True)
+        rows, _ = db.run_alone(_STATEMENTS[(charges, settlements)], arrays, every_row=True)
     except (DataError, IntegrityError):
         # One request's row refused by the database (a value a column cannot hold, say): the statement
         # took nothing, so each request runs alone, and only the one at fault fails.

@@ -1,4 +1,4 @@
-"""Many callers' work done by one call, the way a database groups commits: one statement per group.
+"""Many callers' work done by one call, the way a database groups commits: one call per group.
 
 Each caller hands its item to ``Coalescer.run`` and blocks until its own result is there. While no
 group is running, a caller runs a group of one (its own item) at once: nothing waits, and a lone
@@ -75,20 +75,19 @@ class Coalescer(Generic[T, R]):
         self._pid = None
         self._lock = None
         self._queue: list[_Waiting[T]] = []
-        self._leads = 0  # 1 while a caller holds the lead (a group running, or the lead handed on), else 0
+        self._led = False  # whether a caller holds the lead (a group running, or the lead handed on)
 
     def run(self, item: T) -> R:
         """``item``'s result, computed in a group with whatever else is queued; raises what the group raised."""
         if self._pid != os.getpid():  # the first run in this process: its own lock and an empty queue
-            self._lock, self._queue, self._leads, self._pid = _system_lock(), [], 0, os.getpid()
+            self._lock, self._queue, self._led, self._pid = _system_lock(), [], False, os.getpid()
         me = _Waiting(item)
         with self._lock:
             self._queue.append(me)
-            if self._leads:
+            if self._led:
                 me.woken = threading.Event()
             else:
-                self._leads = 1
-                me.lead = True
+                self._led = me.lead = True
         if not me.lead:
             try:
                 me.woken.wait()
@@ -156,7 +155,7 @@ class Coalescer(Generic[T, R]):
         """Under the lock: hand the lead on to the first queued caller, or give it up."""
         successor = self._queue[0] if self._queue else None
         if successor is None:
-            self._leads = 0
+            self._led = False
         else:
             successor.lead = True
         return successor

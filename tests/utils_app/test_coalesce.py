@@ -80,7 +80,7 @@ def test_callers_arriving_while_a_group_runs_are_served_together_by_the_next_gro
     coalescer = Coalescer(gate, max_size=8)
     assert queued_behind_a_group(coalescer, gate, 1, (2, 3, 4)) == {1: 10, 2: 20, 3: 30, 4: 40}
     assert gate.groups == [[1], [2, 3, 4]]
-    assert coalescer._leads == 0 and not coalescer._queue
+    assert not coalescer._led and not coalescer._queue
 
 
 def test_a_group_takes_at_most_max_size_items_and_the_rest_wait_for_the_next():
@@ -154,7 +154,7 @@ def test_a_caller_interrupted_while_it_gathers_hands_its_lead_on():
         coalescer.run(4)
     later[0].join(5)
     assert later[1:] == [70]  # the caller queued meanwhile led a group of its own
-    assert gate.groups[-1] == [7] and coalescer._leads == 0 and not coalescer._queue
+    assert gate.groups[-1] == [7] and not coalescer._led and not coalescer._queue
 
 
 def test_what_the_work_raises_every_caller_of_the_group_raises():
@@ -191,7 +191,7 @@ def test_what_the_work_raises_every_caller_of_the_group_raises():
     with pytest.raises(ValueError):  # a lone caller after a failed group leads a group of its own
         coalescer.run(4)
     assert calls[2:] == [[4]]
-    assert coalescer._leads == 0 and not coalescer._queue
+    assert not coalescer._led and not coalescer._queue
 
 
 def test_a_result_count_that_does_not_match_the_group_is_an_error_for_every_caller():
@@ -222,7 +222,7 @@ def test_many_threads_each_get_their_own_result_and_nothing_is_left_queued():
     assert len(results) == 600 and all(results[item] == (item, "done") for item in results)
     assert sum(groups) == 600 and max(groups) <= 4
     assert max(groups) > 1  # twelve threads at once did share statements
-    assert coalescer._leads == 0 and not coalescer._queue
+    assert not coalescer._led and not coalescer._queue
 
 
 def test_the_max_size_must_be_at_least_one():
@@ -291,7 +291,7 @@ GEVENT_SCRIPT = textwrap.dedent("""
     until(lambda: len(gates) == 5)
     gates[4].set()
     gevent.joinall([first, later], timeout=5)
-    print("after leave:", groups[3:], first.value, later.value, coalescer._leads, len(coalescer._queue))
+    print("after leave:", groups[3:], first.value, later.value, coalescer._led, len(coalescer._queue))
 """)
 
 
@@ -302,4 +302,4 @@ def test_under_gevent_a_killed_leader_or_waiter_never_leaves_callers_without_a_l
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "after kill: [[0], [1, 2], [3]] 1 GroupInterrupted 4"
-    assert lines[1] == "after leave: [[10], [12]] 11 13 0 0"
+    assert lines[1] == "after leave: [[10], [12]] 11 13 False 0"

@@ -6,16 +6,24 @@ and a scrape, whichever worker answers it, adds up the files of all of them, tho
 of workers that have since exited included. Without that variable (runserver,
 management commands, tests) the counts are the process's own.
 
-The calls below run on the request path, so they do nothing but a few float
-additions in those mmapped files: no I/O, no query, no network (about 15 µs per
-request in all; docs/operations.md). Label values come only from bounded sets:
+The calls below run on the request path, so they only add to this process's tally in
+memory: no I/O, no query, no network, not even the mmapped files. The tally goes into
+prometheus_client's values (the files) at most a second later (``flush``): by the next
+count after a second, by the routing upkeep of an idle worker (gateway.probes), before
+every scrape this process answers and when the process exits. The counts and bucket
+counts are the same either way, and the sums too but for float rounding in their last
+digit; a worker killed outright loses at most its last second of counts (docs/operations.md). Label values come only from bounded sets:
 route names, catalog model ids, provider names, deployment ids, HTTP statuses and fixed words.
 Never a key, a prefix or a request id: each distinct value is a series that
 Prometheus keeps, and a key in a label would be a secret in the monitoring system.
 """
+import atexit
+import bisect
+import collections
 import hmac
 import ipaddress
 import os
+import time
 
 from django.conf import settings
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -77,68 +85,123 @@ _children: dict = {}
 
 
 def _child(metric, *values: str):
+    if not values:  # a metric without labels counts in itself
+        return metric
     found = _children.get((metric, values))
     if found is None:
         found = _children[(metric, values)] = metric.labels(*values)
     return found
 
 
+# A count's values in prometheus_client's multiprocess mode each take a lock (gevent's, in a gevent
+# worker: Python code), ask getpid and write to the mmapped file: some 11 of them a request, 3 % of a
+# served worker's CPU (docs/performance.md). So a count only appends (value, amount) to the tally, and
+# ``flush`` adds up each value's amounts and writes each total once. A histogram's observation is
+# tallied as its observe() counts it: in its sum, and in the first bucket whose upper bound is not
+# below it (tests/utils_app/test_metrics.py holds the two to the same samples).
+FLUSH_SECONDS = 1.0
+
+# A deque: appending and taking from the left are atomic under threads, so a count made while another
+# thread flushes is either taken by that flush or left for the next one, never lost; no lock to take.
+_tally: collections.deque = collections.deque()
+_flush_after = 0.0  # time.monotonic() from which the next count flushes the tally
+
+
+def _count(metric, amount: float, *values: str) -> None:
+    if amount < 0:  # refused here, as Counter.inc refuses it, rather than at another request's flush
+        raise ValueError("Counters can only be incremented by non-negative amounts.")
+    _tally.append((_child(metric, *values)._value, amount))
+    if time.monotonic() >= _flush_after:
+        flush()
+
+
+def _observe(metric, amount: float, *values: str) -> None:
+    child = _child(metric, *values)
+    _tally.append((child._sum, amount))
+    bounds = child._upper_bounds  # ends with +Inf
+    index = bisect.bisect_left(bounds, amount)
+    if index < len(bounds) and amount <= bounds[index]:  # not so for NaN: observe() counts it in no bucket
+        _tally.append((child._buckets[index], 1))
+    if time.monotonic() >= _flush_after:
+        flush()
+
+
+def flush() -> None:
+    """Write the tally into prometheus_client's values (in multiprocess mode, this worker's files)."""
+    global _flush_after
+    _flush_after = time.monotonic() + FLUSH_SECONDS
+    totals: dict = {}
+    take = _tally.popleft
+    while True:
+        try:
+            value, amount = take()
+        except IndexError:
+            break
+        totals[value] = totals.get(value, 0) + amount
+    for value, amount in totals.items():
+        value.inc(amount)
+
+
+atexit.register(flush)
+
+
 def request_answered(*, operation: str, model: str, status: int) -> None:
-    _child(REQUESTS, operation, model, str(status)).inc()
+    _count(REQUESTS, 1, operation, model, str(status))
 
 
 def response_ready(*, operation: str, seconds: float, upstream_seconds: float) -> None:
-    _child(ADDED_LATENCY, operation).observe(max(0.0, seconds - upstream_seconds))
+    _observe(ADDED_LATENCY, max(0.0, seconds - upstream_seconds), operation)
 
 
 def upstream_called(*, provider: str, seconds: float) -> None:
-    _child(UPSTREAM_LATENCY, provider).observe(seconds)
+    _observe(UPSTREAM_LATENCY, seconds, provider)
 
 
 def upstream_failed(*, provider: str, kind: str) -> None:
-    _child(UPSTREAM_ERRORS, provider, kind).inc()
+    _count(UPSTREAM_ERRORS, 1, provider, kind)
 
 
 def attempted(*, model: str, provider: str, deployment: int, outcome: str, seconds: float | None = None) -> None:
-    _child(UPSTREAM_ATTEMPTS, model, provider, str(deployment), outcome).inc()
+    _count(UPSTREAM_ATTEMPTS, 1, model, provider, str(deployment), outcome)
     if seconds is not None:
-        _child(TTFB, model, provider, str(deployment)).observe(seconds)
+        _observe(TTFB, seconds, model, provider, str(deployment))
 
 
 def cooled(*, model: str, provider: str, deployment: int) -> None:
-    _child(COOLDOWNS, model, provider, str(deployment)).inc()
+    _count(COOLDOWNS, 1, model, provider, str(deployment))
 
 
 def disabled(*, provider: str) -> None:
-    _child(DISABLES, provider).inc()
+    _count(DISABLES, 1, provider)
 
 
 def no_deployment(*, model: str) -> None:
-    _child(NO_DEPLOYMENT, model).inc()
+    _count(NO_DEPLOYMENT, 1, model)
 
 
 def settled(*, model: str, credits: int, input_tokens: int, output_tokens: int) -> None:
-    _child(CREDITS_CHARGED, model).inc(credits)
+    _count(CREDITS_CHARGED, credits, model)
     if input_tokens:
-        _child(TOKENS, model, "in").inc(input_tokens)
+        _count(TOKENS, input_tokens, model, "in")
     if output_tokens:
-        _child(TOKENS, model, "out").inc(output_tokens)
+        _count(TOKENS, output_tokens, model, "out")
 
 
 def refunded(*, model: str, credits: int) -> None:
-    _child(CREDITS_REFUNDED, model).inc(credits)
+    _count(CREDITS_REFUNDED, credits, model)
 
 
 def grouped(*, requests: int) -> None:
-    GROUP_SIZES.observe(requests)
+    _observe(GROUP_SIZES, requests)
 
 
 def limit_rejected(param: str) -> None:
-    _child(LIMIT_REJECTIONS, param).inc()
+    _count(LIMIT_REJECTIONS, 1, param)
 
 
 def reset() -> None:
     """Every count of this process back to nothing (tests; in multiprocess mode the files hold the counts)."""
+    _tally.clear()
     _children.clear()
     for metric in (REQUESTS, ADDED_LATENCY, UPSTREAM_LATENCY, CREDITS_CHARGED, CREDITS_REFUNDED, TOKENS,
                    LIMIT_REJECTIONS, UPSTREAM_ERRORS, UPSTREAM_ATTEMPTS, COOLDOWNS, DISABLES, NO_DEPLOYMENT, TTFB,
@@ -175,6 +238,7 @@ def exposition(*, collectors: tuple = (), accept: str = "") -> tuple[bytes, str]
 
     ``collectors`` read live values at scrape time (the database pool, the ledger).
     """
+    flush()  # this process's latest counts; the other workers' are at most FLUSH_SECONDS old
     registry = CollectorRegistry(auto_describe=False)
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if directory:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.cache import DEFAULT_CACHE_ALIAS, cache, caches
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 log = logging.getLogger("gateway.cache")
 
@@ -197,6 +199,35 @@ memory = _Memory()
 _last_warning = 0.0
 
 
+_process_cache = None
+
+
+def shared_cache():
+    """The shared (Redis) cache's backend object of this process, built once.
+
+    ``caches[...]`` keeps a backend object per thread, which in a gevent worker is per greenlet:
+    every request built one for its limits' round trip (~40 µs of CPU, docs/performance.md). The
+    Redis backend (utils_app.fastpath.ScriptedRedisCache) keeps its client and connections per
+    process and nothing of a request, so one object serves every thread and greenlet. A change of
+    the CACHES setting (tests) builds a new one."""
+    found = _process_cache
+    if found is None:
+        found = _set_process_cache(caches.create_connection(DEFAULT_CACHE_ALIAS))
+    return found
+
+
+def _set_process_cache(value):
+    global _process_cache
+    _process_cache = value
+    return value
+
+
+@receiver(setting_changed)
+def _caches_changed(*, setting: str, **kwargs) -> None:
+    if setting == "CACHES":
+        _set_process_cache(None)
+
+
 def run(ops: list[Op]) -> list | None:
     """Run the ops in one round trip; their answers in order, or None when the shared cache is unreachable."""
     if not ops:
@@ -204,8 +235,8 @@ def run(ops: list[Op]) -> list | None:
     if not settings.SHARED_CACHE:
         return memory.run(ops)
     try:
-        shared_cache = caches[DEFAULT_CACHE_ALIAS]  # looked up once: each use of the proxy is a lookup
-        return answers(ops, shared_cache.round_trip(commands(ops, shared_cache.make_key)))
+        backend = shared_cache()
+        return answers(ops, backend.round_trip(commands(ops, backend.make_key)))
     except Exception as exc:  # an outage of the shared cache must never fail a request
         warn_unreachable(exc)
         return None

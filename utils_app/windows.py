@@ -16,7 +16,6 @@ import zlib
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.core.cache import DEFAULT_CACHE_ALIAS, caches
 
 from utils_app import shared
 
@@ -109,8 +108,8 @@ def count_and_read(name: str, periods: tuple[int, ...], read: str | None = None,
         counts = _memory.increment([(name, period, bucket) for period, (bucket, _) in zip(periods, positions)], now)
         answers = shared.memory.run(list(also))
     else:
-        shared_cache = caches[DEFAULT_CACHE_ALIAS]  # looked up once: each use of the proxy is a lookup
-        make_key = shared_cache.make_key
+        backend = shared.shared_cache()
+        make_key = backend.make_key
         keys = [make_key(f"w:{name}:{period}:{bucket}") for period, (bucket, _) in zip(periods, positions)]
         args = [len(periods), *(left + 1 for _, left in positions)]
         if read is not None:
@@ -118,7 +117,7 @@ def count_and_read(name: str, periods: tuple[int, ...], read: str | None = None,
             args.append(default)
         also = list(also)
         try:
-            counts, replies = shared_cache.run_script(_INCREMENT_ALL, keys=keys, args=args,
+            counts, replies = backend.run_script(_INCREMENT_ALL, keys=keys, args=args,
                                                       commands=shared.commands(also, make_key))
         except Exception as exc:  # a cache outage must never refuse service: limits fail open
             shared.warn_unreachable(exc)

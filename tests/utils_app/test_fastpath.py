@@ -273,6 +273,27 @@ def test_run_script_answers_as_the_same_script_sent_with_plain_eval():
         plain.close()
 
 
+def test_the_limits_round_trip_uses_one_cache_object_per_process_until_caches_change(settings):
+    """``caches[...]`` builds a backend object per context (per request, in a gevent worker); the round
+    trips of the limits and of the routing's shared state take the process's one instead."""
+    import threading
+
+    from utils_app import shared
+
+    seen = []
+    threads = [threading.Thread(target=lambda: seen.append(shared.shared_cache())) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({id(backend) for backend in seen}) == 1 and seen[0] is shared.shared_cache()
+    assert type(seen[0]) is type(caches["default"])
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                                   "LOCATION": "another"}}
+    rebuilt = shared.shared_cache()
+    assert rebuilt is not seen[0] and rebuilt._cache is caches["default"]._cache  # the new setting's store
+
+
 @pytest.mark.skipif(not settings.CACHES["default"]["BACKEND"].endswith(".ScriptedRedisCache"),
                     reason="needs REDIS_URL (the Redis cache); runs in .ci/run")
 def test_every_context_of_the_process_shares_one_redis_client():

@@ -340,3 +340,27 @@ def test_a_request_served_by_gunicorn_writes_one_line(tmp_path):
         line for line in text.splitlines() if f"[{first}] GET models - 200 " in line and "client_request_id=served-1" in line]
     [missing] = [line for line in text.splitlines() if "served-2" in line or "/v1/models/missing" in line]
     assert " GET model - 404 " in missing and 'error="model_not_found: ' in missing
+
+
+def test_the_summary_record_is_the_one_log_info_would_make():
+    import logging as std_logging
+
+    from utils_app import logging as request_logs
+
+    records = []
+    handler = std_logging.Handler()
+    handler.emit = records.append
+    logger = std_logging.getLogger("gateway.requests")
+    logger.addHandler(handler)
+    try:
+        line = request_logs.RequestLine(request_id="req-1", method="POST", operation="chat-completions",
+                                        model="m", key="gw_ab", client="127.0.0.1", credits=2)
+        request_logs.write(line, 200, sent=10)
+    finally:
+        logger.removeHandler(handler)
+    [record] = records
+    assert (record.levelno, record.name, record.funcName) == (std_logging.INFO, "gateway.requests", "write")
+    assert record.pathname == request_logs.__file__ and record.exc_info is None
+    assert record.request_id == "req-1" and record.request_fields["credits"] == 2
+    assert record.getMessage().startswith("POST chat-completions m 200 credits=2 tokens=0/0 upstream=0.0ms total=")
+    assert record.getMessage().endswith(" key=gw_ab bytes=10 client=127.0.0.1")

@@ -78,7 +78,7 @@ MIDDLEWARE = [
     "utils_app.middleware.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "corsheaders.middleware.CorsMiddleware",
+    "utils_app.middleware.CorsMiddleware",
     # Django's session, CSRF, auth and messages middleware, skipped on API_PATH_PREFIXES.
     "utils_app.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -100,7 +100,7 @@ API_MIDDLEWARE = [
     "utils_app.middleware.RequestIdMiddleware",
     "utils_app.middleware.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "corsheaders.middleware.CorsMiddleware",
+    "utils_app.middleware.CorsMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]

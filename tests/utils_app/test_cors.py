@@ -159,3 +159,26 @@ def test_a_preflight_allows_every_header_the_official_sdks_send(client, path):
     assert response.status_code == 200
     allowed = {name.strip() for name in response["Access-Control-Allow-Headers"].split(",")}
     assert sent | browser_only <= allowed, sorted((sent | browser_only) - allowed)
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/models", "/utils/health", "/staff/", "/"])
+@pytest.mark.parametrize("method", ["get", "post", "options"])
+@pytest.mark.parametrize("origin", [None, "", "https://app.example.com", "https://evil.example.net"])
+def test_the_projects_cors_middleware_answers_as_the_librarys(settings, path, method, origin):
+    from corsheaders.middleware import CorsMiddleware as LibraryCorsMiddleware
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+
+    from utils_app.middleware import CorsMiddleware
+
+    settings.CORS_ALLOWED_ORIGINS = ["https://app.example.com"]
+    extra = {} if origin is None else {"HTTP_ORIGIN": origin}
+    if method == "options":
+        extra["HTTP_ACCESS_CONTROL_REQUEST_METHOD"] = "POST"
+
+    def answer(middleware_class):
+        request = getattr(RequestFactory(), method)(path, **extra)
+        response = middleware_class(lambda _: HttpResponse(b"x"))(request)
+        return response.status_code, sorted(response.items())
+
+    assert answer(CorsMiddleware) == answer(LibraryCorsMiddleware)

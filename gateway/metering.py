@@ -60,7 +60,7 @@ from keys.models import ApiKey, IdempotentRequest, LedgerEntry
 from models_catalog.models import AiModel, UsageEvent
 from utils_app import metrics
 from utils_app.coalesce import Coalescer, GroupInterrupted
-from utils_app.db import one_writer_at_a_time
+from utils_app.db import one_writer_at_a_time, statements_wrapper
 from utils_app.errors import (
     AccessDenied,
     AuthenticationError,
@@ -204,7 +204,7 @@ def _run_group(items: list[tuple[str, dict]]) -> list:
     """A group's work: for each (kind, params) its outcome, as the statement alone would answer it (a
     charge's (ledger id, balance after) or None where the key refused it; whether a settlement settled
     its charge), SKIPPED, or the DatabaseError of its own statement when the group's was refused."""
-    db = connections[DEFAULT_DB_ALIAS]  # the leading request's, which can run a statement alone
+    db = statements_wrapper()  # the leading request's, or the process's: either runs a statement alone
     metrics.grouped(requests=len(items))
     if len(items) == 1:
         kind, params = items[0]
@@ -396,7 +396,7 @@ def complete(*, entry: int, key: ApiKey, model: AiModel, operation: str, provide
     ``status`` and ``success`` are the usage row's: a stream charged after it broke off records
     the failure it ended with (CONTRACT section 5), a whole answer 200 and success.
     """
-    db = connections[DEFAULT_DB_ALIAS]
+    db = statements_wrapper()
     params = {"entry": entry, "key": key.pk, "model_pk": model.pk, "operation": operation, "provider": provider,
               "input_tokens": input_tokens, "output_tokens": output_tokens, "cached_tokens": cached_tokens,
               "latency_ms": min(latency_ms, MAX_LATENCY_MS),

@@ -47,7 +47,7 @@ from utils_app.errors import (
     UpstreamTimeout,
     as_gateway_error,
 )
-from utils_app.db import release_connection
+from utils_app.db import release_connection, statements_wrapper
 from utils_app.request_ids import request_id
 
 log = logging.getLogger("gateway.metering")
@@ -290,7 +290,9 @@ def admit(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1
     model = resolve_model(key=key, operation=operation, model_id=model_id)
     claim = idempotency.from_request(request)
     amount = model.cost * units
-    db = connections[DEFAULT_DB_ALIAS]  # the context's wrapper, looked up once for the charge and the release
+    # Looked up once for the charge and the release. Without an Idempotency-Key the charge is one statement
+    # alone, for which a context without a wrapper of its own need not build one (utils_app.db).
+    db = statements_wrapper() if claim is None else connections[DEFAULT_DB_ALIAS]
     entry = metering.charge(key=key, model=model, operation=operation, amount=amount,
                             request_id=request_id(request), idempotency=claim, db=db)
     release_connection(db)  # the upstream call needs no database

@@ -379,3 +379,39 @@ def test_groups_of_several_processes_sharing_keys_never_deadlock(chat, make_key,
     assert sum(ModelHourlyUsage.objects.values_list("requests", flat=True)) == 480
     assert ApiKey.objects.filter(pk__in=[key.pk for key in keys], in_flight__gt=0).count() == 0
     assert mismatches() == []
+
+
+def test_a_request_whose_context_has_no_wrapper_meters_through_the_process_one_and_builds_none(chat, make_key):
+    """A gevent worker runs each request in a greenlet of its own, where Django would build a database
+    wrapper for the two statements alone; the process's wrapper runs them, and the request's context is
+    left without one (utils_app.db.statements_wrapper)."""
+    from django.db import connections
+    from django.test import Client
+
+    from utils_app.db import statements_wrapper
+
+    key, secret = make_key(credits=10, max_credits=10)
+    body = {"model": "local-chat", "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+    # The first request reads the key from the database (its context builds a wrapper then); later ones
+    # find it in the process's key cache.
+    assert Client().post("/v1/chat/completions", body, content_type="application/json", **headers).status_code == 200
+    seen = {}
+
+    def served_in_a_fresh_context():
+        seen["answer"] = Client().post("/v1/chat/completions", body, content_type="application/json", **headers)
+        seen["wrappers"] = [wrapper.alias for wrapper in connections.all(initialized_only=True)]
+        seen["statements"] = statements_wrapper()
+
+    thread = threading.Thread(target=served_in_a_fresh_context)
+    thread.start()
+    thread.join()
+    assert seen["answer"].status_code == 200, seen["answer"].content
+    assert seen["wrappers"] == []  # no wrapper built for this context
+    assert seen["statements"] is not connections["default"] and seen["statements"].connection is None
+    key.refresh_from_db()
+    assert (key.credits, key.in_flight) == (8, 0)
+    assert list(LedgerEntry.objects.filter(key=key, kind="charge").values_list("status", flat=True)) == [
+        "completed", "completed"]
+    assert statements_wrapper() is connections["default"]  # this context has its own: it is the one used
+    assert mismatches() == []

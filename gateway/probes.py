@@ -24,7 +24,6 @@ from django.db import DatabaseError, close_old_connections, connection
 from gateway import routing, upstream
 from models_catalog import catalog
 from models_catalog.models import Deployment
-from utils_app import metrics
 from utils_app.db import unavailable_cause
 from utils_app.errors import GatewayError
 
@@ -105,7 +104,6 @@ def _upkeep() -> None:
     while True:
         time.sleep(UPKEEP_SECONDS)
         try:
-            metrics.flush()  # an idle worker's last counts, for the next scrape whichever worker answers it
             routing.flush()
             if settings.PROBE_SECONDS and time.monotonic() >= next_probe:
                 next_probe = time.monotonic() + settings.PROBE_SECONDS

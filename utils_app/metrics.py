@@ -9,8 +9,8 @@ management commands, tests) the counts are the process's own.
 The calls below run on the request path, so they only add to this process's tally in
 memory: no I/O, no query, no network, not even the mmapped files. The tally goes into
 prometheus_client's values (the files) at most a second later (``flush``): by the next
-count after a second, by the routing upkeep of an idle worker (gateway.probes), before
-every scrape this process answers and when the process exits. The counts and bucket
+count after a second, by the process's flusher thread every second (an idle worker's last
+counts), before every scrape this process answers and when the process exits. The counts and bucket
 counts are the same either way, and the sums too but for float rounding in their last
 digit; a worker killed outright loses at most its last second of counts (docs/operations.md). Label values come only from bounded sets:
 route names, catalog model ids, provider names, deployment ids, HTTP statuses and fixed words.
@@ -23,6 +23,7 @@ import collections
 import hmac
 import ipaddress
 import os
+import threading
 import time
 
 from django.conf import settings
@@ -130,6 +131,8 @@ def flush() -> None:
     """Write the tally into prometheus_client's values (in multiprocess mode, this worker's files)."""
     global _flush_after
     _flush_after = time.monotonic() + FLUSH_SECONDS
+    if _flusher_of != os.getpid():
+        _start_flusher()
     totals: dict = {}
     take = _tally.popleft
     while True:
@@ -140,6 +143,28 @@ def flush() -> None:
         totals[value] = totals.get(value, 0) + amount
     for value, amount in totals.items():
         value.inc(amount)
+
+
+_flusher_of = None  # the process whose flusher thread runs (a forked worker starts its own)
+_flusher_lock = threading.Lock()
+
+
+def _start_flusher() -> None:
+    """The process's thread (a greenlet in a gevent worker) that writes the tally every FLUSH_SECONDS,
+    so the counts of a worker gone idle reach the files as soon as a busy one's do."""
+    global _flusher_of
+    with _flusher_lock:
+        if _flusher_of == os.getpid():
+            return
+        _flusher_of = os.getpid()
+    threading.Thread(target=_flush_every_second, name="metrics-flush", daemon=True).start()
+
+
+def _flush_every_second() -> None:
+    while True:
+        time.sleep(FLUSH_SECONDS)
+        if _tally:
+            flush()
 
 
 atexit.register(flush)

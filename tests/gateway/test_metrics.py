@@ -204,7 +204,11 @@ def test_every_worker_of_gunicorn_adds_to_the_same_counts_and_a_dead_ones_stream
         held = requests.post(f"{base}{CHAT}", json={"model": "fake-chat", "messages": HELLO, "stream": True},
                              headers=headers, stream=True, timeout=30)
         assert held.raw.read1(65536).startswith(b"data: ")
-        for _ in range(4):  # whichever worker answers, it reports the whole instance
+        # Each worker writes its counts within a second (utils_app.metrics.flush); then whichever
+        # worker answers a scrape reports the whole instance.
+        assert wait_for(lambda: value(scraped(), "gateway_requests_total", operation="chat-completions",
+                                      model="local-chat", status="200") == 10, timeout=10)
+        for _ in range(4):
             found = scraped()
             assert value(found, "gateway_requests_total", operation="chat-completions", model="local-chat",
                          status="200") == 10

@@ -9,6 +9,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view, inline_serializer
 from rest_framework import serializers as drf_serializers
 from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -62,6 +63,9 @@ def wants_raw_audio(accept: str) -> bool:
     return raw_q > json_q
 
 
+_JSON = JSONRenderer()
+
+
 def respond(outcome: services.Outcome):
     if outcome.stream is not None:
         response = StreamingHttpResponse(outcome.stream, content_type="text/event-stream; charset=utf-8",
@@ -70,8 +74,13 @@ def respond(outcome: services.Outcome):
         response["X-Accel-Buffering"] = "no"  # asks an nginx-style proxy in front not to buffer the events
     elif outcome.content is not None:
         response = HttpResponse(outcome.content, content_type=outcome.content_type, status=outcome.status)
+    elif outcome.body is not None:
+        # The bytes DRF's Response would render (its JSONRenderer, JsonNegotiation's plain
+        # application/json: no indent), without the template response around them and its render
+        # pass; what DRF adds to any response (Allow) finalize_response still adds.
+        response = HttpResponse(_JSON.render(outcome.body), content_type=_JSON.media_type, status=outcome.status)
     else:
-        response = Response(outcome.body, status=outcome.status)
+        response = Response(None, status=outcome.status)  # no body, no Content-Type, as DRF answers it
     for name, value in outcome.headers.items():
         response[name] = value
     return response

@@ -30,10 +30,11 @@ use the model. Each request gets its own ApiKey, since the pipeline updates ``cr
 import logging
 import time
 import uuid
+import weakref
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import connection, router, transaction
+from django.db import connection, connections, router, transaction
 from django.db.models import signals
 from django.db.models.base import ModelState
 
@@ -108,17 +109,71 @@ def key_with_digest(digest: str, *, within: float | None = None) -> ApiKey | Non
 def _read(digest: str, *, version: str | None, now: float) -> ApiKey | None:
     # ``version`` must have been seen before this read: a change committed after the read then
     # shows as another version.
-    key = ApiKey.objects.filter(digest=digest).first()
+    alias = router.db_for_read(ApiKey)
+    attrs = _select_row(connections[alias], digest)
     release_connection(connection)  # the charge takes one again when it is due
-    if key is None:
+    if attrs is None:
         _entries.pop(digest, None)
         return None
     if settings.KEY_CACHE_SECONDS > 0:
         if len(_entries) >= _MAX_ENTRIES:
             _entries.clear()
-        _entries[digest] = _Entry(now, version, {name: getattr(key, name) for name in _FIELDS})
+        _entries[digest] = _Entry(now, version, attrs)
+    key = _key_from(attrs, alias)
     key.cached_row = None
     return key
+
+
+class _Select:
+    """``ApiKey.objects.filter(digest=...).first()`` compiled once for a database wrapper: its SQL, the
+    attribute each column fills and the converters the ORM applies to each (a SQLite datetime's text,
+    a boolean's integer).
+
+    Compiling the query is most of what the ORM spends on that read (three quarters of it on SQLite,
+    docs/performance.md), and a key read is frequent where keys are trusted for a second only (the
+    embedded default: a key used about every second is read again about every other request)."""
+
+    __slots__ = ("sql", "names", "converters")
+
+    PROBE = "\x00digest\x00"  # stands for the digest while compiling; no digest holds NUL
+
+    def __init__(self, wrapper):
+        queryset = ApiKey.objects.using(wrapper.alias).filter(digest=self.PROBE)
+        queryset = (queryset if queryset.ordered else queryset.order_by("pk"))[:1]  # as first() orders it
+        compiler = queryset.query.get_compiler(connection=wrapper)
+        self.sql, params = compiler.as_sql()
+        if list(params) != [self.PROBE]:
+            raise ValueError(f"the key read compiled to unexpected parameters: {params!r}")
+        columns = [column for column, _, _ in compiler.select]
+        self.names = [column.target.attname for column in columns]
+        if sorted(self.names) != sorted(_FIELDS):
+            raise ValueError("the key read does not select every field of the row")
+        self.converters = list(compiler.get_converters(columns).items())
+
+    def row(self, wrapper, digest: str) -> dict | None:
+        with wrapper.cursor() as cursor:
+            cursor.execute(self.sql, [digest])
+            found = cursor.fetchone()
+        if found is None:
+            return None
+        values = list(found)
+        for position, (converters, expression) in self.converters:
+            value = values[position]
+            for converter in converters:
+                value = converter(value, expression, wrapper)
+            values[position] = value
+        return dict(zip(self.names, values))
+
+
+_selects: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # database wrapper -> its _Select
+
+
+def _select_row(wrapper, digest: str) -> dict | None:
+    """The row of the key with ``digest`` as the ORM reads it (each attribute of the model), or None."""
+    select = _selects.get(wrapper)
+    if select is None:
+        select = _selects[wrapper] = _Select(wrapper)
+    return select.row(wrapper, digest)
 
 
 def current(key: ApiKey, version: str | None, *, asked_at: float) -> bool:

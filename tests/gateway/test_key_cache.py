@@ -180,3 +180,27 @@ def test_a_refusal_right_after_a_refunded_failure_reports_the_refunded_balance(c
     assert_error(refused, 400, "missing_field", param="messages")
     assert refused["X-Remaining-Credits"] == "10"
     assert ApiKey.objects.get(pk=key.pk).credits == 10
+
+
+@pytest.mark.django_db
+def test_a_key_read_is_the_row_the_orm_reads_attribute_for_attribute(make_key):
+    """The cache's read of a key row runs the ORM's compiled query once per database wrapper; what it
+    returns must be what ``ApiKey.objects.filter(digest=...).first()`` builds, every type converted."""
+    from django.db import connections
+    from django.utils import timezone
+
+    key, _ = make_key(tier="free", credits=7, max_credits=100, rpm=5, max_concurrent=2)
+    ApiKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now(), in_flight=1)
+    orm = ApiKey.objects.filter(digest=key.digest).first()
+    wrapper = connections["default"]
+    with CaptureQueriesContext(connection) as captured:
+        read = auth_cache._select_row(wrapper, key.digest)
+        again = auth_cache._select_row(wrapper, key.digest)
+    assert len(captured.captured_queries) == 2  # logged as Django logs any statement
+    expected = {name: getattr(orm, name) for name in auth_cache._FIELDS}
+    assert read == again == expected
+    assert {name: type(value) for name, value in read.items()} == {
+        name: type(value) for name, value in expected.items()}
+    assert auth_cache._select_row(wrapper, "no-such-digest") is None
+    built = auth_cache._key_from(read, "default")
+    assert built == orm and built.last_used_at == orm.last_used_at and built.is_active is True

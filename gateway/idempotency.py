@@ -81,6 +81,9 @@ def keep_answer(*, entry: int, headers: dict, body: bytes) -> None:
                                                             response_body=body)
 
 
+_JSON = JSONRenderer()  # DRF's renderer, as the views' negotiation picks it (plain application/json)
+
+
 def rendered(body: dict) -> bytes:
-    """A JSON body as the response will carry it."""
-    return JSONRenderer().render(body)
+    """A JSON body as the response carries it (gateway.views.respond renders with this too)."""
+    return _JSON.render(body)

@@ -9,11 +9,10 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view, inline_serializer
 from rest_framework import serializers as drf_serializers
 from rest_framework.negotiation import BaseContentNegotiation
-from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from gateway import media, messages, routing, serializers, services
+from gateway import idempotency, media, messages, routing, serializers, services
 from keys.auth import BearerKeyAuthentication, HasApiKey
 from keys.limits import KeyRequestLimits
 from keys.models import ApiKey
@@ -63,9 +62,6 @@ def wants_raw_audio(accept: str) -> bool:
     return raw_q > json_q
 
 
-_JSON = JSONRenderer()
-
-
 def respond(outcome: services.Outcome):
     if outcome.stream is not None:
         response = StreamingHttpResponse(outcome.stream, content_type="text/event-stream; charset=utf-8",
@@ -78,7 +74,8 @@ def respond(outcome: services.Outcome):
         # The bytes DRF's Response would render (its JSONRenderer, JsonNegotiation's plain
         # application/json: no indent), without the template response around them and its render
         # pass; what DRF adds to any response (Allow) finalize_response still adds.
-        response = HttpResponse(_JSON.render(outcome.body), content_type=_JSON.media_type, status=outcome.status)
+        response = HttpResponse(idempotency.rendered(outcome.body), content_type="application/json",
+                                status=outcome.status)
     else:
         response = Response(None, status=outcome.status)  # no body, no Content-Type, as DRF answers it
     for name, value in outcome.headers.items():

@@ -10,10 +10,10 @@ The calls below run on the request path, so they only add to this process's tall
 memory: no I/O, no query, no network, not even the mmapped files. The tally goes into
 prometheus_client's values (the files) at most a second later (``flush``): by the next
 count after a second, by the process's flusher thread every second (an idle worker's last
-counts), before every scrape this process answers and when the process exits. The counts and bucket
-counts are the same either way, and the sums too but for float rounding in their last
-digit; a worker killed outright loses at most its last second of counts (docs/operations.md). Label values come only from bounded sets:
-route names, catalog model ids, provider names, deployment ids, HTTP statuses and fixed words.
+counts), before every scrape this process answers and when the process exits. The counts
+and bucket counts are the same either way, and the sums too but for float rounding in
+their last digit; a worker killed outright loses at most its last second of counts
+(docs/operations.md). Label values come only from bounded sets: route names, catalog model ids, provider names, deployment ids, HTTP statuses and fixed words.
 Never a key, a prefix or a request id: each distinct value is a series that
 Prometheus keeps, and a key in a label would be a secret in the monitoring system.
 """

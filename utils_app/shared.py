@@ -210,22 +210,17 @@ def shared_cache():
     Redis backend (utils_app.fastpath.ScriptedRedisCache) keeps its client and connections per
     process and nothing of a request, so one object serves every thread and greenlet. A change of
     the CACHES setting (tests) builds a new one."""
-    found = _process_cache
-    if found is None:
-        found = _set_process_cache(caches.create_connection(DEFAULT_CACHE_ALIAS))
-    return found
-
-
-def _set_process_cache(value):
     global _process_cache
-    _process_cache = value
-    return value
+    if _process_cache is None:
+        _process_cache = caches.create_connection(DEFAULT_CACHE_ALIAS)
+    return _process_cache
 
 
 @receiver(setting_changed)
 def _caches_changed(*, setting: str, **kwargs) -> None:
+    global _process_cache
     if setting == "CACHES":
-        _set_process_cache(None)
+        _process_cache = None
 
 
 def run(ops: list[Op]) -> list | None:

@@ -63,6 +63,15 @@ def ended_by_server(conn) -> bool:
     return readable_now(conn.fileno())
 
 
+def context_wrapper(alias: str = DEFAULT_DB_ALIAS):
+    """The database wrapper this context (thread, greenlet) has made for ``alias``, or None when it has made none.
+
+    One lookup in Django's context-local store of wrappers, which is what ``connections.all(initialized_only=True)``
+    does for every alias, twice for each one it finds, and building a list besides; a metered request asks
+    this two or three times."""
+    return getattr(connections._connections, alias, None)
+
+
 _statement_wrappers: dict = {}  # alias -> this process's wrapper for statements alone, or None where there is none
 
 
@@ -78,9 +87,9 @@ def statements_wrapper(alias: str = DEFAULT_DB_ALIAS):
     context's own wrapper, when there is one, is used instead: it may hold a connection or be in a
     transaction, and its query log is the one tests read. On SQLite, or without a pool, the context's
     wrapper as before (``connections[alias]``)."""
-    for wrapper in connections.all(initialized_only=True):
-        if wrapper.alias == alias:
-            return wrapper
+    own = context_wrapper(alias)
+    if own is not None:
+        return own
     try:
         shared = _statement_wrappers[alias]
     except KeyError:

@@ -297,3 +297,29 @@ def test_a_pool_warning_about_a_closed_connection_says_what_ended_it():
     closed = psycopg.Connection.__new__(psycopg.Connection)
     closed.pgconn = Closed()
     assert warning(closed) == "discarding closed connection: connection already closed"
+
+
+def test_the_context_s_wrapper_is_the_one_django_lists_as_initialized_and_none_before_it_is_made():
+    """context_wrapper looks up the wrapper a context made, as connections.all(initialized_only=True) lists it,
+    in one lookup; a context (here a fresh thread) that made none gets None and is left without one."""
+    import threading
+
+    from django.db import connections
+
+    seen = {}
+
+    def fresh_context():
+        seen["before"] = db.context_wrapper("default")
+        seen["listed_before"] = connections.all(initialized_only=True)
+        made = connections["default"]
+        seen["after"] = db.context_wrapper("default") is made
+        seen["listed_after"] = [wrapper is made for wrapper in connections.all(initialized_only=True)]
+        made.close()
+
+    thread = threading.Thread(target=fresh_context)
+    thread.start()
+    thread.join()
+    assert (seen["before"], seen["listed_before"]) == (None, [])
+    assert seen["after"] is True and seen["listed_after"] == [True]
+    assert db.context_wrapper("default") is connections["default"]
+    assert db.context_wrapper("no such alias") is None

@@ -72,23 +72,19 @@ def cpu_split(pid: int) -> tuple[float, float] | None:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
-def read_stacks(perf: str, data: Path) -> list[tuple[str, list[str]]]:
-    """perf script's samples: (process title, frames innermost first)."""
+def read_stacks(perf: str, data: Path) -> list[list[str]]:
+    """perf script's samples, each its frames' function names, innermost first."""
     text = subprocess.run([perf, "script", "-i", str(data), "-F", "comm,pid,ip,sym"], capture_output=True,
                           text=True, check=True).stdout
-    samples, frames, head = [], [], None
+    samples, frames = [], []
     for line in text.splitlines():
-        if not line.strip():
-            if head is not None:
-                samples.append((head, frames))
-            head, frames = None, []
-        elif line.startswith("\t"):  # a frame: address and symbol; a sample's first line is indented by spaces
-            parts = line.split(None, 1)
-            frames.append(parts[1] if len(parts) > 1 else parts[0])
-        else:
-            head = line.strip()
-    if head is not None:
-        samples.append((head, frames))
+        if line.startswith("\t"):  # a frame: its address, then its symbol (a sample's own line: spaces first)
+            frames.append(line.split(None, 1)[-1].split("+", 1)[0])
+        elif not line.strip() and frames:
+            samples.append(frames)
+            frames = []
+    if frames:
+        samples.append(frames)
     return samples
 
 
@@ -156,8 +152,8 @@ def main() -> None:
     cluster_ms = sum(user + system for user, system in kinds.values()) / requests * 1000
     total = len(samples)  # perf sampled the cluster's processes only
     shares = Counter()
-    for _, frames in samples:
-        names = {frame.split("+", 1)[0] for frame in frames}
+    for frames in samples:
+        names = set(frames)
         for label, functions in PARTS:
             if any(name in names for name in functions):
                 shares[label] += 1

@@ -13,8 +13,8 @@ count after a second, by the process's flusher thread every second (an idle work
 counts), before every scrape this process answers and when the process exits. The counts
 and bucket counts are the same either way, and the sums too but for float rounding in
 their last digit; a worker killed outright loses at most its last second of counts
-(docs/operations.md). Label values come only from bounded sets: route names, catalog model ids, provider names, deployment ids, HTTP statuses and fixed words.
-Never a key, a prefix or a request id: each distinct value is a series that
+(docs/operations.md). Label values come only from bounded sets: route names, catalog
+model ids, provider names, deployment ids, HTTP statuses and fixed words. Never a key, a prefix or a request id: each distinct value is a series that
 Prometheus keeps, and a key in a label would be a secret in the monitoring system.
 """
 import atexit

@@ -198,63 +198,47 @@ def main() -> None:
     (lanes / "sitecustomize.py").write_text(SITECUSTOMIZE)
     extra_env = {**source.env, "BENCH_LANES_DIR": str(lanes),
                  "PYTHONPATH": os.pathsep.join(filter(None, [str(lanes), source.env.get("PYTHONPATH")]))}
-    nginx = harness.start_nginx(workdir)
-    postgres = harness.PrivatePostgres(workdir, max_connections=200)
-    redis = gateway = None
     try:
-        postgres.start()
-        redis = harness.PrivateRedis(workdir)
-        gateway = harness.Gateway("postgres+redis", workdir, port=request_cpu.GATEWAY_PORT, source=source.path,
-                                  extra_env=extra_env, database_url=postgres.url("gw_bench_lanes"),
-                                  redis_url=redis.url(0))
-        gateway.prepare(keys=60)
-        gateway.start()
-        url = f"{gateway.url}/v1/chat/completions"
-        request_cpu.run_wrk(url, connections=args.connections, duration=3, keys_file=gateway.keys_file,
-                            model="bench-chat", result_file=workdir / "warm.json")
-        workers = [pid for pid in harness.process_tree(gateway.process.pid) if pid != gateway.process.pid]
-        time.sleep(0.5)
-        # What the workers had written by the end of the warm-up (each writes at most every 0.2 s, so
-        # up to its last 0.2 s of the warm-up count in the run: 2 % of a 10 s run at most).
-        before = {pid: read_totals(lanes, pid) for pid in workers}
-        busy = {pid: 0 for pid in workers}
-        held: dict[int, int] = {}
-        stop = threading.Event()
+        with request_cpu.served(source, workdir, database="gw_bench_lanes", extra_env=extra_env,
+                                connections=args.connections) as (gateway, _):
+            url = f"{gateway.url}/v1/chat/completions"
+            workers = [pid for pid in harness.process_tree(gateway.process.pid) if pid != gateway.process.pid]
+            time.sleep(0.5)
+            # What the workers had written by the end of the warm-up (each writes at most every 0.2 s, so
+            # up to its last 0.2 s of the warm-up count in the run: 2 % of a 10 s run at most).
+            before = {pid: read_totals(lanes, pid) for pid in workers}
+            busy = {pid: 0 for pid in workers}
+            held: dict[int, int] = {}
+            stop = threading.Event()
 
-        def sample() -> None:
-            last = {pid: ticks(pid) for pid in workers}
-            halfway = time.monotonic() + args.duration / 2
-            while not stop.wait(0.1):
-                for pid in workers:
-                    now = ticks(pid)
-                    if now is not None and last[pid] is not None:
-                        busy[pid] += now - last[pid]
-                    last[pid] = now
-                if not held and time.monotonic() >= halfway:
-                    held.update(connections_by_worker(gateway.port))
+            def sample() -> None:
+                last = {pid: ticks(pid) for pid in workers}
+                halfway = time.monotonic() + args.duration / 2
+                while not stop.wait(0.1):
+                    for pid in workers:
+                        now = ticks(pid)
+                        if now is not None and last[pid] is not None:
+                            busy[pid] += now - last[pid]
+                        last[pid] = now
+                    if not held and time.monotonic() >= halfway:
+                        held.update(connections_by_worker(gateway.port))
 
-        sampler = threading.Thread(target=sample)
-        started = time.monotonic()
-        sampler.start()
-        result = request_cpu.run_wrk(url, connections=args.connections, duration=args.duration,
-                                     keys_file=gateway.keys_file, model="bench-chat",
-                                     result_file=workdir / "wrk.json")
-        stop.set()
-        sampler.join()
-        elapsed = time.monotonic() - started
-        gateway.stop()  # each worker writes its totals as it exits; then `manage.py reconcile`
-        reconciled = gateway.reconciled
-        after = {pid: read_totals(lanes, pid) for pid in workers}
+            sampler = threading.Thread(target=sample)
+            started = time.monotonic()
+            sampler.start()
+            result = request_cpu.run_wrk(url, connections=args.connections, duration=args.duration,
+                                         keys_file=gateway.keys_file, model="bench-chat",
+                                         result_file=workdir / "wrk.json")
+            stop.set()
+            sampler.join()
+            elapsed = time.monotonic() - started
+            gateway.stop()  # each worker writes its totals as it exits; then `manage.py reconcile`
+            after = {pid: read_totals(lanes, pid) for pid in workers}
     finally:
-        if gateway is not None:
-            gateway.stop()
-        for server in (redis, postgres, nginx):
-            if server is not None:
-                server.stop()
         harness.remove_workdir(workdir, keep=False)
     hertz = os.sysconf("SC_CLK_TCK")
     print(f"\nmetering_lanes.py: {source.label}, {result['rps']:.0f} req/s at {args.connections} connections "
-          f"for {args.duration} s, reconcile: {reconciled}\n")
+          f"for {args.duration} s, reconcile: {gateway.reconciled}\n")
     print("| worker | connections | requests | core busy | " + " | ".join(f"{name} ({unit})" for name, unit in TIMERS)
           + " | charges and settlements per statement |")
     print("|---|---:|---:|---:|" + "---:|" * (len(TIMERS) + 1))

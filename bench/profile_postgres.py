@@ -100,51 +100,34 @@ def main() -> None:
     harness.stop_on_sigterm()
     source = request_cpu.parse_source(args.source)
     workdir = harness.make_workdir("profile_postgres")
-    nginx = harness.start_nginx(workdir)
-    postgres = harness.PrivatePostgres(workdir, max_connections=200)
-    redis = gateway = None
     data = args.keep_data or workdir / "perf.data"
     try:
-        postgres.start()
-        redis = harness.PrivateRedis(workdir)
-        gateway = harness.Gateway("postgres+redis", workdir, port=request_cpu.GATEWAY_PORT, source=source.path,
-                                  extra_env=source.env, database_url=postgres.url(DATABASE),
-                                  redis_url=redis.url(0))
-        gateway.prepare(keys=60)
-        gateway.start()
-        url = f"{gateway.url}/v1/chat/completions"
-        request_cpu.run_wrk(url, connections=args.connections, duration=3, keys_file=gateway.keys_file,
-                            model="bench-chat", result_file=workdir / "warm.json")
-        pids = postgres.processes()
-        before = {pid: (process_kind(pid), cpu_split(pid)) for pid in pids}
-        recorder = subprocess.Popen([args.perf, "record", "-F", str(args.rate), "-g", "-o", str(data),
-                                     "-p", ",".join(map(str, pids)), "--", "sleep", str(args.duration - 1)],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(0.3)  # perf attaches
-        result = request_cpu.run_wrk(url, connections=args.connections, duration=args.duration,
-                                     keys_file=gateway.keys_file, model="bench-chat",
-                                     result_file=workdir / "wrk.json")
-        recorder.wait(timeout=args.duration + 60)
-        kinds: dict[str, list[float]] = {}
-        for pid, (kind, cpu_before) in before.items():
-            cpu_after = cpu_split(pid)
-            if cpu_before is None or cpu_after is None:
-                continue
-            user, system = kinds.setdefault(kind, [0.0, 0.0])
-            kinds[kind] = [user + cpu_after[0] - cpu_before[0], system + cpu_after[1] - cpu_before[1]]
-        gateway.stop()  # and `manage.py reconcile`
-        reconciled = gateway.reconciled
+        with request_cpu.served(source, workdir, database=DATABASE, connections=args.connections) as (gateway,
+                                                                                                     postgres):
+            pids = postgres.processes()
+            before = {pid: (process_kind(pid), cpu_split(pid)) for pid in pids}
+            recorder = subprocess.Popen([args.perf, "record", "-F", str(args.rate), "-g", "-o", str(data),
+                                         "-p", ",".join(map(str, pids)), "--", "sleep", str(args.duration - 1)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(0.3)  # perf attaches
+            result = request_cpu.run_wrk(f"{gateway.url}/v1/chat/completions", connections=args.connections,
+                                         duration=args.duration, keys_file=gateway.keys_file, model="bench-chat",
+                                         result_file=workdir / "wrk.json")
+            recorder.wait(timeout=args.duration + 60)
+            kinds: dict[str, list[float]] = {}
+            for pid, (kind, cpu_before) in before.items():
+                cpu_after = cpu_split(pid)
+                if cpu_before is None or cpu_after is None:
+                    continue
+                user, system = kinds.setdefault(kind, [0.0, 0.0])
+                kinds[kind] = [user + cpu_after[0] - cpu_before[0], system + cpu_after[1] - cpu_before[1]]
+            gateway.stop()  # and `manage.py reconcile`
         samples = read_stacks(args.perf, data)
     finally:
-        if gateway is not None:
-            gateway.stop()
-        for server in (redis, postgres, nginx):
-            if server is not None:
-                server.stop()
         harness.remove_workdir(workdir, keep=False)
     requests = result["requests"]
     print(f"\nprofile_postgres.py: {source.label}, {result['rps']:.0f} req/s at {args.connections} connections, "
-          f"{requests:,} requests, reconcile: {reconciled}\n")
+          f"{requests:,} requests, reconcile: {gateway.reconciled}\n")
     print("| PostgreSQL process | user ms / request | system ms / request |")
     print("|---|---:|---:|")
     for kind, (user, system) in sorted(kinds.items(), key=lambda item: -sum(item[1])):

@@ -154,46 +154,26 @@ def main() -> None:
     backend = "embedded" if args.backend == "sqlite" else args.backend
     source = request_cpu.parse_source(args.source)
     workdir = harness.make_workdir("profile_served")
-    nginx = harness.start_nginx(workdir)
-    postgres = redis = gateway = None
     try:
-        database_url = redis_url = None
-        if backend == "postgres+redis":
-            postgres = harness.PrivatePostgres(workdir, max_connections=200)
-            postgres.start()
-            redis = harness.PrivateRedis(workdir)
-            database_url, redis_url = postgres.url("gw_bench_profile"), redis.url(0)
-        gateway = harness.Gateway(backend, workdir, port=request_cpu.GATEWAY_PORT, source=source.path,
-                                  extra_env=source.env, database_url=database_url, redis_url=redis_url)
-        gateway.prepare(keys=60)
-        gateway.start()
-        url = f"{gateway.url}/v1/chat/completions"
-        request_cpu.run_wrk(url, connections=args.connections, duration=3, keys_file=gateway.keys_file,
-                            model="bench-chat", result_file=workdir / "warm.json")
-        workers = [pid for pid in harness.process_tree(gateway.process.pid) if pid != gateway.process.pid]
-        raw_dir = args.raw or workdir
-        raw_dir.mkdir(parents=True, exist_ok=True)
-        spies = [subprocess.Popen([args.py_spy, "record", "--pid", str(pid), "--gil", "--rate", str(args.rate),
-                                   "--duration", str(args.duration), "--format", "raw",
-                                   "--output", str(raw_dir / f"worker-{pid}.txt")],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for pid in workers]
-        time.sleep(0.5)  # py-spy attaches
-        meter = harness.CpuMeter(workers=lambda: workers)
-        result = request_cpu.run_wrk(url, connections=args.connections, duration=args.duration - 1,
-                                     keys_file=gateway.keys_file, model="bench-chat",
-                                     result_file=workdir / "wrk.json", cpu=meter)
-        for spy in spies:
-            spy.wait(timeout=args.duration + 60)
-        gateway.process.stop()
-        gateway.process = None
-        gateway.reconcile()
-        stacks = [stack for pid in workers for stack in parse_raw(raw_dir / f"worker-{pid}.txt")]
+        with request_cpu.served(source, workdir, backend=backend, database="gw_bench_profile",
+                                connections=args.connections) as (gateway, _):
+            workers = [pid for pid in harness.process_tree(gateway.process.pid) if pid != gateway.process.pid]
+            raw_dir = args.raw or workdir
+            raw_dir.mkdir(parents=True, exist_ok=True)
+            spies = [subprocess.Popen([args.py_spy, "record", "--pid", str(pid), "--gil", "--rate", str(args.rate),
+                                       "--duration", str(args.duration), "--format", "raw",
+                                       "--output", str(raw_dir / f"worker-{pid}.txt")],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for pid in workers]
+            time.sleep(0.5)  # py-spy attaches
+            meter = harness.CpuMeter(workers=lambda: workers)
+            result = request_cpu.run_wrk(f"{gateway.url}/v1/chat/completions", connections=args.connections,
+                                         duration=args.duration - 1, keys_file=gateway.keys_file,
+                                         model="bench-chat", result_file=workdir / "wrk.json", cpu=meter)
+            for spy in spies:
+                spy.wait(timeout=args.duration + 60)
+            gateway.stop()  # and `manage.py reconcile`
+            stacks = [stack for pid in workers for stack in parse_raw(raw_dir / f"worker-{pid}.txt")]
     finally:
-        if gateway is not None and gateway.process is not None:
-            gateway.process.stop()
-        for server in (redis, postgres, nginx):
-            if server is not None:
-                server.stop()
         harness.remove_workdir(workdir, keep=args.raw is not None and args.raw.is_relative_to(workdir))
     print_summary(stacks, result["cpu_ms"]["workers"],
                   f"{args.backend}, {source.label}, {result['rps']:.0f} req/s at {args.connections} connections, "

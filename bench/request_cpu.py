@@ -48,6 +48,7 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -134,6 +135,38 @@ def run_wrk(url: str, *, connections: int, duration: int, keys_file: Path | None
         groups["machine busy"] = busy
         result["cpu_ms"] = {name: round(seconds * 1000 / requests, 4) for name, seconds in groups.items()}
     return result
+
+
+@contextmanager
+def served(source: Source, workdir: Path, *, backend: str = "postgres+redis", database: str = "gw_bench_served",
+           extra_env: dict | None = None, connections: int = 16, warm: int = 3):
+    """The gateway from ``source`` served as the runs above serve it (nginx as the upstream; on PostgreSQL +
+    Redis the bench's own servers, ``database`` in its cluster), its keys issued and wrk's load for
+    ``warm`` seconds behind it. Yields (the gateway, the PostgreSQL cluster or None); everything it
+    started is stopped after the block, the gateway first (``manage.py reconcile`` runs then)."""
+    nginx = harness.start_nginx(workdir)
+    postgres = redis = gateway = None
+    try:
+        database_url = redis_url = None
+        if backend == "postgres+redis":
+            postgres = harness.PrivatePostgres(workdir, max_connections=200)
+            postgres.start()
+            redis = harness.PrivateRedis(workdir)
+            database_url, redis_url = postgres.url(database), redis.url(0)
+        gateway = harness.Gateway(backend, workdir, port=GATEWAY_PORT, source=source.path,
+                                  extra_env={**source.env, **(extra_env or {})}, database_url=database_url,
+                                  redis_url=redis_url)
+        gateway.prepare(keys=60)
+        gateway.start()
+        run_wrk(f"{gateway.url}/v1/chat/completions", connections=connections, duration=warm,
+                keys_file=gateway.keys_file, model="bench-chat", result_file=workdir / "warm.json")
+        yield gateway, postgres
+    finally:
+        if gateway is not None:
+            gateway.stop()
+        for server in (redis, postgres, nginx):
+            if server is not None:
+                server.stop()
 
 
 class Backend:

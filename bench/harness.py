@@ -66,7 +66,7 @@ def log(message: str) -> None:
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _cpu_of(pid: int) -> float | None:
+def cpu_of(pid: int) -> float | None:
     """CPU seconds (user + system) a process has used so far; None when it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -148,7 +148,7 @@ class CpuMeter:
     def _sample(self) -> dict[str, dict[int, float]]:
         sample = {}
         for name, pids in self.groups.items():
-            sample[name] = {pid: cpu for pid in pids() if (cpu := _cpu_of(pid)) is not None}
+            sample[name] = {pid: cpu for pid in pids() if (cpu := cpu_of(pid)) is not None}
         return sample
 
     def start(self) -> None:

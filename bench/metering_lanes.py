@@ -81,9 +81,9 @@ def _instrument(wsgi):
     import atexit
 
     from utils_app import coalesce, http, windows
+    from utils_app.postgresql import base
 
     atexit.register(_dump)  # a worker's last requests: gunicorn ends a worker by SystemExit
-    from utils_app.postgresql import base
 
     _timed(coalesce.Coalescer, "run", "metering wait per charge or settlement")
     _timed(windows, "count_and_read", "limits: Redis round trip")
@@ -154,14 +154,6 @@ TIMERS = [
 ]
 
 
-def ticks(pid: int) -> int | None:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return int(fields[11]) + int(fields[12])
-
-
 def connections_by_worker(port: int) -> dict[int, int]:
     """Established connections to ``port`` per process holding them (from ss)."""
     out = subprocess.run(["ss", "-tnpH", "state", "established", f"( sport = :{port} )"],
@@ -196,7 +188,7 @@ def main() -> None:
     lanes = workdir / "lanes"
     lanes.mkdir()
     (lanes / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    extra_env = {**source.env, "BENCH_LANES_DIR": str(lanes),
+    extra_env = {"BENCH_LANES_DIR": str(lanes),  # added to the source's own (request_cpu.served)
                  "PYTHONPATH": os.pathsep.join(filter(None, [str(lanes), source.env.get("PYTHONPATH")]))}
     try:
         with request_cpu.served(source, workdir, database="gw_bench_lanes", extra_env=extra_env,
@@ -207,16 +199,16 @@ def main() -> None:
             # What the workers had written by the end of the warm-up (each writes at most every 0.2 s, so
             # up to its last 0.2 s of the warm-up count in the run: 2 % of a 10 s run at most).
             before = {pid: read_totals(lanes, pid) for pid in workers}
-            busy = {pid: 0 for pid in workers}
+            busy = {pid: 0.0 for pid in workers}  # CPU seconds during the run
             held: dict[int, int] = {}
             stop = threading.Event()
 
             def sample() -> None:
-                last = {pid: ticks(pid) for pid in workers}
+                last = {pid: harness.cpu_of(pid) for pid in workers}
                 halfway = time.monotonic() + args.duration / 2
                 while not stop.wait(0.1):
                     for pid in workers:
-                        now = ticks(pid)
+                        now = harness.cpu_of(pid)
                         if now is not None and last[pid] is not None:
                             busy[pid] += now - last[pid]
                         last[pid] = now
@@ -236,7 +228,6 @@ def main() -> None:
             after = {pid: read_totals(lanes, pid) for pid in workers}
     finally:
         harness.remove_workdir(workdir, keep=False)
-    hertz = os.sysconf("SC_CLK_TCK")
     print(f"\nmetering_lanes.py: {source.label}, {result['rps']:.0f} req/s at {args.connections} connections "
           f"for {args.duration} s, reconcile: {gateway.reconciled}\n")
     print("| worker | connections | requests | core busy | " + " | ".join(f"{name} ({unit})" for name, unit in TIMERS)
@@ -251,7 +242,7 @@ def main() -> None:
             cells.append(f"{seconds * 1000 / count:.2f}" if count else "–")
         groups, items = totals.get("groups", [0, 0.0])
         per_group = f"{items / groups:.2f}" if groups else "–"
-        print(f"| {number} | {held.get(pid, 0)} | {requests:,} | {busy[pid] / hertz / elapsed:.0%} | "
+        print(f"| {number} | {held.get(pid, 0)} | {requests:,} | {busy[pid] / elapsed:.0%} | "
               + " | ".join(cells) + f" | {per_group} |")
     print("\nA charge or settlement's wait counts from its arrival in the queue to its result (its group's "
           "statement included); a request has two.")

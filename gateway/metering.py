@@ -34,9 +34,10 @@ A group never waits for a key row: it locks its keys first with SKIP LOCKED, and
 whose key another transaction holds (another process's statement, a refund, a staff edit)
 runs its statement alone, waiting as it always did. So one busy key cannot hold up the
 other requests of a process. The rows a group may wait for are the usage rollups, which
-every statement writing them (a settlement alone or grouped, a refund) locks by model and
-then key, each group at one settlement time (so in one hour): no two of them can wait for
-each other in a cycle.
+the usage table's statement trigger (models_catalog migration 0009) writes for every statement
+that inserts usage (a settlement alone or grouped, a refund): all its hourly rows, then all its
+daily rows, each in the order of their unique keys. No two statements can wait for each other
+in a cycle.
 """
 import logging
 import time
@@ -132,8 +133,8 @@ def group_statement(*, charges: bool, settlements: bool) -> str:
     and the request left out runs its statement alone, waiting as it always did. For the keys locked:
     the same conditional UPDATE and pending rows as CHARGE_POSTGRES; the charge rows still pending
     completed, each key's in-flight count released once for each of its rows (as that many single
-    releases would, never below zero), and the usage rows inserted by model and key, so that their
-    rollup triggers lock the rollup rows in the one order every statement takes them in. A charge and
+    releases would, never below zero), and the usage rows inserted (their statement trigger adds
+    them to the rollups, locking those rows in the one order every statement takes them in). A charge and
     a settlement of one key are never in one group: a statement cannot update a row twice.
 
     The rows come as arrays, one per column, so that a shape of group is one statement text
@@ -169,8 +170,7 @@ def group_statement(*, charges: bool, settlements: bool) -> str:
                  f"GROUP BY key_id) n WHERE k.id = n.key_id)",
                  f"recorded AS (INSERT INTO {USAGE} ({_USAGE_COLUMNS}) "
                  f"SELECT key_id, model_pk, operation, status, success, input_tokens, output_tokens, cached_tokens, "
-                 f"-amount, latency_ms, provider, deployment, %(now)s, request_id FROM settled "
-                 f"ORDER BY model_pk, key_id)"]
+                 f"-amount, latency_ms, provider, deployment, %(now)s, request_id FROM settled)"]
         answers.append("SELECT false, s.entry, locked.id IS NOT NULL, settled.id, NULL::int8 FROM s "
                        "LEFT JOIN locked ON locked.id = s.key LEFT JOIN settled ON settled.id = s.entry")
     locked = (f"locked AS (SELECT id FROM {KEYS} WHERE id IN ({' UNION ALL '.join(locking)}) "

@@ -243,7 +243,7 @@ class _Rollup(models.Model):
 class ModelHourlyUsage(_Rollup):
     """Per-model, per-hour counters maintained by a trigger on UsageEvent inserts."""
 
-    model = models.ForeignKey(AiModel, on_delete=models.CASCADE, related_name="hourly_usage")
+    model = models.ForeignKey(AiModel, on_delete=models.CASCADE, related_name="hourly_usage", db_index=False)
     hour = models.DateTimeField()
 
     class Meta:
@@ -254,7 +254,7 @@ class ModelHourlyUsage(_Rollup):
 class KeyDailyUsage(_Rollup):
     """Per-key, per-model, per-day counters maintained by a trigger on UsageEvent inserts."""
 
-    key = models.ForeignKey("keys.ApiKey", on_delete=models.CASCADE, related_name="daily_usage")
+    key = models.ForeignKey("keys.ApiKey", on_delete=models.CASCADE, related_name="daily_usage", db_index=False)
     model = models.ForeignKey(AiModel, on_delete=models.CASCADE, related_name="key_daily_usage")
     day = models.DateField()
 

@@ -313,7 +313,8 @@ class PrivatePostgres:
     The whole cluster belongs to the bench, so its processes' CPU and its WAL are the bench's alone.
     """
 
-    def __init__(self, workdir: Path, *, port: int | None = None, max_connections: int = 400):
+    def __init__(self, workdir: Path, *, port: int | None = None, max_connections: int = 400,
+                 settings: dict[str, str] | None = None):
         self.folder = workdir / "postgres"
         self.folder.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
@@ -323,6 +324,7 @@ class PrivatePostgres:
         self.port = port or free_port(PRIVATE_PG_PORT)
         self.bin = postgres_bin()
         self.max_connections = max_connections
+        self.settings = settings or {}  # more server settings, for a bench that reads the server's own figures
 
     def start(self) -> None:
         subprocess.run(_as_postgres_user([str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres",
@@ -334,7 +336,8 @@ class PrivatePostgres:
 
     def _ctl(self, *args: str) -> None:
         options = (f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 "
-                   f"-c max_connections={self.max_connections}")
+                   f"-c max_connections={self.max_connections}"
+                   + "".join(f" -c {name}={value}" for name, value in self.settings.items()))
         subprocess.run(_as_postgres_user([str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", options,
                                           "-l", str(self.folder / "postgres.log"), "-w", "-t", "60", *args]),
                        check=True, stdout=subprocess.DEVNULL, timeout=120)

@@ -139,17 +139,18 @@ def run_wrk(url: str, *, connections: int, duration: int, keys_file: Path | None
 
 @contextmanager
 def served(source: Source, workdir: Path, *, backend: str = "postgres+redis", database: str = "gw_bench_served",
-           extra_env: dict | None = None, connections: int = 16, warm: int = 3):
+           extra_env: dict | None = None, connections: int = 16, warm: int = 3,
+           postgres_settings: dict[str, str] | None = None):
     """The gateway from ``source`` served as the runs above serve it (nginx as the upstream; on PostgreSQL +
     Redis the bench's own servers, ``database`` in its cluster), its keys issued and wrk's load for
-    ``warm`` seconds behind it. Yields (the gateway, the PostgreSQL cluster or None); everything it
+    ``warm`` seconds behind it (``postgres_settings``: more settings of the cluster). Yields (the gateway, the PostgreSQL cluster or None); everything it
     started is stopped after the block, the gateway first (``manage.py reconcile`` runs then)."""
     nginx = harness.start_nginx(workdir)
     postgres = redis = gateway = None
     try:
         database_url = redis_url = None
         if backend == "postgres+redis":
-            postgres = harness.PrivatePostgres(workdir, max_connections=200)
+            postgres = harness.PrivatePostgres(workdir, max_connections=200, settings=postgres_settings)
             postgres.start()
             redis = harness.PrivateRedis(workdir)
             database_url, redis_url = postgres.url(database), redis.url(0)

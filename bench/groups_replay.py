@@ -11,7 +11,7 @@ size in turn, --rounds times in alternating order:
 - size 1: each request's charge and settlement as its own two statements (CHARGE_POSTGRES,
   COMPLETE_POSTGRES), as a lone request sends them;
 - size n: statements of n charges (n keys) and n settlements of the charges of the group before,
-  on other keys, each the one mixed statement the gateway sends (metering._STATEMENTS), through
+  on other keys, each the one mixed statement the gateway sends (metering.GROUP_STATEMENT), through
   the same libpq path (utils_app.postgresql.base.run_on_libpq), prepared as the pool prepares.
 
 Per request (a charge and its settlement) it reports the connection's backend CPU, this client's
@@ -104,14 +104,14 @@ def grouped(count, size):
     for number in range(count // size):
         items = [(metering.CHARGE, charge(key)) for key in halves[number % 2][:size]]
         items += [(metering.SETTLEMENT, settlement(key, entry)) for key, entry in pending]
-        params, charges, settlements = metering._group_params(items, timezone.now())
-        rows, _ = run_on_libpq(connection, metering._STATEMENTS[(charges, settlements)], params, every_row=True)
+        params = metering._group_params(items, timezone.now())
+        rows, _ = run_on_libpq(connection, metering.GROUP_STATEMENT, params, every_row=True)
         assert all(locked for _, _, locked, _, _ in rows)
         pending = [(key, entry) for is_charge, key, _, entry, _ in rows if is_charge]
     if pending:  # settle the last group's charges: the ledger ends with nothing pending
-        params, charges, settlements = metering._group_params(
+        params = metering._group_params(
             [(metering.SETTLEMENT, settlement(key, entry)) for key, entry in pending], timezone.now())
-        run_on_libpq(connection, metering._STATEMENTS[(charges, settlements)], params, every_row=True)
+        run_on_libpq(connection, metering.GROUP_STATEMENT, params, every_row=True)
         pending = []
 
 

@@ -125,79 +125,73 @@ def _rows(name: str, columns: tuple[tuple[str, str], ...]) -> str:
     return f"{name} AS (SELECT * FROM unnest({arrays}) AS {name} ({', '.join(column for column, _ in columns)}))"
 
 
-def group_statement(*, charges: bool, settlements: bool) -> str:
-    """One statement for a group of charges (one per key), settlements of other keys' charges, or both.
-
-    The group's keys are locked first, SKIP LOCKED: a key row another transaction holds (another
-    process's statement, a refund, a staff edit) is left out, so a group never waits for a key row,
-    and the request left out runs its statement alone, waiting as it always did. For the keys locked:
-    the same conditional UPDATE and pending rows as CHARGE_POSTGRES; the charge rows still pending
-    completed, each key's in-flight count released once for each of its rows (as that many single
-    releases would, never below zero), and the usage rows inserted (their statement trigger adds
-    them to the rollups, locking those rows in the one order every statement takes them in). A charge and
-    a settlement of one key are never in one group: a statement cannot update a row twice.
-
-    The rows come as arrays, one per column, so that a shape of group is one statement text
-    whatever its size: each connection prepares and plans three at most.
-
-    Each row of the answer is a charge (true, its key, whether the key was locked, its new ledger row
-    and balance or NULLs where the key refused it) or a settlement (false, its entry, whether the key
-    was locked, the entry when it was settled)."""
-    values, locking, ctes, answers = [], [], [], []
-    if charges:
-        values.append(_rows("c", _GROUP_CHARGE))
-        locking.append("SELECT key FROM c")
-        ctes += [f"taken AS (UPDATE {KEYS} k SET credits = k.credits - c.amount, in_flight = k.in_flight + 1, "
-                 f"last_used_at = %(now)s FROM c, locked WHERE k.id = c.key AND locked.id = c.key AND k.is_active "
-                 f"AND k.tier = c.tier AND k.credits >= c.amount AND k.in_flight < k.max_concurrent "
-                 f"RETURNING k.id, k.credits, c.amount, c.request_id, c.operation, c.model)",
-                 f"charged AS (INSERT INTO {LEDGER} ({_ENTRY_COLUMNS}) "
-                 f"SELECT id, 'charge', -amount, credits, 'pending', '', request_id, NULL, operation, model, '', "
-                 f"%(now)s FROM taken RETURNING key_id, id, balance_after)"]
-        answers.append("SELECT true, c.key, locked.id IS NOT NULL, charged.id, charged.balance_after FROM c "
-                       "LEFT JOIN locked ON locked.id = c.key LEFT JOIN charged ON charged.key_id = c.key")
-    if settlements:
-        values.append(_rows("s", _GROUP_SETTLEMENT))
-        locking.append("SELECT key FROM s")
-        ctes += [f"settled AS (UPDATE {LEDGER} l SET status = 'completed', settled_at = %(now)s, "
-                 f"input_tokens = s.input_tokens, output_tokens = s.output_tokens, latency_ms = s.latency_ms, "
-                 f"provider = s.provider, deployment_id = s.deployment FROM s, locked WHERE l.id = s.entry "
-                 f"AND l.key_id = s.key AND locked.id = s.key AND l.status = 'pending' "
-                 f"RETURNING l.id, l.key_id, l.amount, l.request_id, s.model_pk, s.operation, s.status, s.success, "
-                 f"s.input_tokens, s.output_tokens, s.cached_tokens, s.latency_ms, s.provider, s.deployment)",
-                 f"released AS (UPDATE {KEYS} k SET in_flight = CASE WHEN k.in_flight > n.settled "
-                 f"THEN k.in_flight - n.settled ELSE 0 END FROM (SELECT key_id, count(*) AS settled FROM settled "
-                 f"GROUP BY key_id) n WHERE k.id = n.key_id)",
-                 f"recorded AS (INSERT INTO {USAGE} ({_USAGE_COLUMNS}) "
-                 f"SELECT key_id, model_pk, operation, status, success, input_tokens, output_tokens, cached_tokens, "
-                 f"-amount, latency_ms, provider, deployment, %(now)s, request_id FROM settled)"]
-        answers.append("SELECT false, s.entry, locked.id IS NOT NULL, settled.id, NULL::int8 FROM s "
-                       "LEFT JOIN locked ON locked.id = s.key LEFT JOIN settled ON settled.id = s.entry")
-    locked = (f"locked AS (SELECT id FROM {KEYS} WHERE id IN ({' UNION ALL '.join(locking)}) "
-              f"FOR NO KEY UPDATE SKIP LOCKED)")
-    return f"WITH {', '.join([*values, locked, *ctes])} {' UNION ALL '.join(answers)}"
+# One statement for a group of charges (one per key) and settlements of other keys' charges.
+#
+# The group's keys are locked first, SKIP LOCKED: a key row another transaction holds (another
+# process's statement, a refund, a staff edit) is left out, so a group never waits for a key row,
+# and the request left out runs its statement alone, waiting as it always did. For the keys locked:
+# the same conditional UPDATE and pending rows as CHARGE_POSTGRES; the charge rows still pending
+# completed, each key's in-flight count released once for each of its rows (as that many single
+# releases would, never below zero), and the usage rows inserted (their statement trigger adds them
+# to the rollups, locking those rows in the one order every statement takes them in). A charge and
+# a settlement of one key are never in one group: a statement cannot update a row twice.
+#
+# The rows come as arrays, one per column, so that the statement is one text whatever the group's
+# size, and a group of one kind sends the other's as empty arrays: each connection prepares and
+# plans one statement, which PostgreSQL runs on its generic plan. Statements of one kind, prepared
+# apart, were planned anew for their parameters at almost every execution (their generic plans,
+# sized for ten rows of each array, cost more than plans for the few rows they had), about a third
+# of a millisecond each (docs/performance.md).
+#
+# Each row of the answer is a charge (true, its key, whether the key was locked, its new ledger row
+# and balance or NULLs where the key refused it) or a settlement (false, its entry, whether the key
+# was locked, the entry when it was settled).
+GROUP_STATEMENT = (
+    f"WITH {_rows('c', _GROUP_CHARGE)}, {_rows('s', _GROUP_SETTLEMENT)}, "
+    f"locked AS (SELECT id FROM {KEYS} WHERE id IN (SELECT key FROM c UNION ALL SELECT key FROM s) "
+    f"FOR NO KEY UPDATE SKIP LOCKED), "
+    f"taken AS (UPDATE {KEYS} k SET credits = k.credits - c.amount, in_flight = k.in_flight + 1, "
+    f"last_used_at = %(now)s FROM c, locked WHERE k.id = c.key AND locked.id = c.key AND k.is_active "
+    f"AND k.tier = c.tier AND k.credits >= c.amount AND k.in_flight < k.max_concurrent "
+    f"RETURNING k.id, k.credits, c.amount, c.request_id, c.operation, c.model), "
+    f"charged AS (INSERT INTO {LEDGER} ({_ENTRY_COLUMNS}) "
+    f"SELECT id, 'charge', -amount, credits, 'pending', '', request_id, NULL, operation, model, '', "
+    f"%(now)s FROM taken RETURNING key_id, id, balance_after), "
+    f"settled AS (UPDATE {LEDGER} l SET status = 'completed', settled_at = %(now)s, "
+    f"input_tokens = s.input_tokens, output_tokens = s.output_tokens, latency_ms = s.latency_ms, "
+    f"provider = s.provider, deployment_id = s.deployment FROM s, locked WHERE l.id = s.entry "
+    f"AND l.key_id = s.key AND locked.id = s.key AND l.status = 'pending' "
+    f"RETURNING l.id, l.key_id, l.amount, l.request_id, s.model_pk, s.operation, s.status, s.success, "
+    f"s.input_tokens, s.output_tokens, s.cached_tokens, s.latency_ms, s.provider, s.deployment), "
+    f"released AS (UPDATE {KEYS} k SET in_flight = CASE WHEN k.in_flight > n.settled "
+    f"THEN k.in_flight - n.settled ELSE 0 END FROM (SELECT key_id, count(*) AS settled FROM settled "
+    f"GROUP BY key_id) n WHERE k.id = n.key_id), "
+    f"recorded AS (INSERT INTO {USAGE} ({_USAGE_COLUMNS}) "
+    f"SELECT key_id, model_pk, operation, status, success, input_tokens, output_tokens, cached_tokens, "
+    f"-amount, latency_ms, provider, deployment, %(now)s, request_id FROM settled) "
+    f"SELECT true, c.key, locked.id IS NOT NULL, charged.id, charged.balance_after FROM c "
+    f"LEFT JOIN locked ON locked.id = c.key LEFT JOIN charged ON charged.key_id = c.key "
+    f"UNION ALL SELECT false, s.entry, locked.id IS NOT NULL, settled.id, NULL::int8 FROM s "
+    f"LEFT JOIN locked ON locked.id = s.key LEFT JOIN settled ON settled.id = s.entry")
 
 
 # What a group answers for a request whose key row another transaction held: its statement runs alone.
 SKIPPED = object()
 CHARGE, SETTLEMENT = "charge", "settlement"
-_STATEMENTS = {(charges, settlements): group_statement(charges=charges, settlements=settlements)
-               for charges, settlements in ((True, False), (False, True), (True, True))}
 
 
 _COLUMNS = {CHARGE: [(f"c_{column}", column) for column, _ in _GROUP_CHARGE],
             SETTLEMENT: [(f"s_{column}", column) for column, _ in _GROUP_SETTLEMENT]}
 
 
-def _group_params(items: list[tuple[str, dict]], now) -> tuple[dict, bool, bool]:
-    """The group's parameters, one array per column of each kind it holds, and which kinds it holds."""
+def _group_params(items: list[tuple[str, dict]], now) -> dict:
+    """GROUP_STATEMENT's parameters for the group: one array per column of each kind (empty for a kind it lacks)."""
     params = {"now": now}
     for kind, columns in _COLUMNS.items():
         rows = [item for item_kind, item in items if item_kind == kind]
-        if rows:
-            for name, column in columns:
-                params[name] = [row[column] for row in rows]
-    return params, "c_key" in params, "s_entry" in params
+        for name, column in columns:
+            params[name] = [row[column] for row in rows]
+    return params
 
 
 def _run_group(items: list[tuple[str, dict]]) -> list:
@@ -211,9 +205,8 @@ def _run_group(items: list[tuple[str, dict]]) -> list:
         if kind == CHARGE:
             return [db.run_alone(CHARGE_POSTGRES, params)[0]]
         return [db.run_alone(COMPLETE_POSTGRES, params)[1] == 1]
-    arrays, charges, settlements = _group_params(items, _now(db))
     try:
-        rows, _ = db.run_alone(_STATEMENTS[(charges, settlements)], arrays, every_row=True)
+        rows, _ = db.run_alone(GROUP_STATEMENT, _group_params(items, _now(db)), every_row=True)
     except (DataError, IntegrityError):
         # One request's row refused by the database (a value a column cannot hold, say): the statement
         # took nothing, so each request runs alone, and only the one at fault fails.

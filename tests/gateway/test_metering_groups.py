@@ -415,3 +415,32 @@ def test_a_request_whose_context_has_no_wrapper_meters_through_the_process_one_a
         "completed", "completed"]
     assert statements_wrapper() is connections["default"]  # this context has its own: it is the one used
     assert mismatches() == []
+
+
+def test_a_group_of_either_kind_or_both_sends_the_one_group_statement(chat, make_key, monkeypatch):
+    # One statement text per connection to prepare and plan, whatever kinds a group holds: a group of one
+    # kind sends the other kind's arrays empty (statements of one kind were planned anew at each execution).
+    from utils_app.postgresql.base import DatabaseWrapper
+
+    sent = []
+    run_alone = DatabaseWrapper.run_alone
+
+    def recording(self, sql, params, **kwargs):
+        sent.append((sql, {name: value for name, value in params.items() if isinstance(value, list)}))
+        return run_alone(self, sql, params, **kwargs)
+
+    monkeypatch.setattr(DatabaseWrapper, "run_alone", recording)
+    first, _ = make_key(credits=10, max_credits=10)
+    second, _ = make_key(credits=10, max_credits=10)
+    charged = metering._run_group([(CHARGE, charge_item(first, chat)), (CHARGE, charge_item(second, chat))])
+    entries = [entry for entry, _ in charged]
+    assert metering._run_group([(SETTLEMENT, settle_item(entries[0], first, chat)),
+                                (SETTLEMENT, settle_item(entries[1], second, chat))]) == [True, True]
+    mixed = metering._run_group([(CHARGE, charge_item(first, chat)), (SETTLEMENT, settle_item(
+        metering.charge(key=second, model=chat, operation="chat", amount=1, request_id="m"), second, chat))])
+    assert mixed[1] is True and mixed[0][1] == 8
+    groups = [(sql, arrays) for sql, arrays in sent if arrays]
+    assert [sql for sql, _ in groups] == [metering.GROUP_STATEMENT] * 3
+    assert groups[0][1]["s_entry"] == [] and groups[0][1]["c_key"] == [first.pk, second.pk]
+    assert groups[1][1]["c_key"] == [] and groups[1][1]["s_entry"] == entries
+    assert mismatches() == []

@@ -106,8 +106,9 @@ def grouped(count, size):
         items += [(metering.SETTLEMENT, settlement(key, entry)) for key, entry in pending]
         params = metering._group_params(items, timezone.now())
         rows, _ = run_on_libpq(connection, metering.GROUP_STATEMENT, params, every_row=True)
-        assert all(locked for _, _, locked, _, _ in rows)
-        pending = [(key, entry) for is_charge, key, _, entry, _ in rows if is_charge]
+        assert {number for answer, number, _, _ in rows if answer == metering.ANSWER_LOCKED} == {
+            params["key"] for _, params in items}
+        pending = [(key, entry) for answer, key, entry, _ in rows if answer == metering.ANSWER_CHARGED]
     if pending:  # settle the last group's charges: the ledger ends with nothing pending
         params = metering._group_params(
             [(metering.SETTLEMENT, settlement(key, entry)) for key, entry in pending], timezone.now())

@@ -143,9 +143,12 @@ def _rows(name: str, columns: tuple[tuple[str, str], ...]) -> str:
 # sized for ten rows of each array, cost more than plans for the few rows they had), about a third
 # of a millisecond each (docs/performance.md).
 #
-# Each row of the answer is a charge (true, its key, whether the key was locked, its new ledger row
-# and balance or NULLs where the key refused it) or a settlement (false, its entry, whether the key
-# was locked, the entry when it was settled).
+# The answer is what the statement did, one row each (ANSWER_LOCKED, a key it locked), (ANSWER_CHARGED,
+# a key charged, its new ledger row, the balance after) and (ANSWER_SETTLED, an entry settled), read
+# from the CTEs as they ran; a charge or settlement it names nowhere was refused by its key's row, or
+# left to run alone when the key was not locked (_run_group). Matching the answer to the requests
+# here rather than in the statement keeps four joins, and their start-up at every execution, out of
+# the database's work.
 GROUP_STATEMENT = (
     f"WITH {_rows('c', _GROUP_CHARGE)}, {_rows('s', _GROUP_SETTLEMENT)}, "
     f"locked AS (SELECT id FROM {KEYS} WHERE id IN (SELECT key FROM c UNION ALL SELECT key FROM s) "
@@ -169,10 +172,9 @@ GROUP_STATEMENT = (
     f"recorded AS (INSERT INTO {USAGE} ({_USAGE_COLUMNS}) "
     f"SELECT key_id, model_pk, operation, status, success, input_tokens, output_tokens, cached_tokens, "
     f"-amount, latency_ms, provider, deployment, %(now)s, request_id FROM settled) "
-    f"SELECT true, c.key, locked.id IS NOT NULL, charged.id, charged.balance_after FROM c "
-    f"LEFT JOIN locked ON locked.id = c.key LEFT JOIN charged ON charged.key_id = c.key "
-    f"UNION ALL SELECT false, s.entry, locked.id IS NOT NULL, settled.id, NULL::int8 FROM s "
-    f"LEFT JOIN locked ON locked.id = s.key LEFT JOIN settled ON settled.id = s.entry")
+    f"SELECT 0, id, NULL::int8, NULL::int8 FROM locked UNION ALL SELECT 1, key_id, id, balance_after FROM charged "
+    f"UNION ALL SELECT 2, id, NULL, NULL FROM settled")
+ANSWER_LOCKED, ANSWER_CHARGED, ANSWER_SETTLED = 0, 1, 2
 
 
 # What a group answers for a request whose key row another transaction held: its statement runs alone.
@@ -211,11 +213,16 @@ def _run_group(items: list[tuple[str, dict]]) -> list:
         # One request's row refused by the database (a value a column cannot hold, say): the statement
         # took nothing, so each request runs alone, and only the one at fault fails.
         return [_alone(db, kind, params) for kind, params in items]
-    charged = {key: (SKIPPED if not locked else None if entry is None else (entry, balance))
-               for is_charge, key, locked, entry, balance in rows if is_charge}
-    settled = {entry: (SKIPPED if not locked else done is not None)
-               for is_charge, entry, locked, done, _ in rows if not is_charge}
-    return [charged[params["key"]] if kind == CHARGE else settled[params["entry"]] for kind, params in items]
+    locked, charged, settled = set(), {}, set()
+    for answer, number, entry, balance in rows:
+        if answer == ANSWER_LOCKED:
+            locked.add(number)
+        elif answer == ANSWER_CHARGED:
+            charged[number] = (entry, balance)
+        else:
+            settled.add(number)
+    return [SKIPPED if params["key"] not in locked else
+            charged.get(params["key"]) if kind == CHARGE else params["entry"] in settled for kind, params in items]
 
 
 def _alone(db, kind: str, params: dict):

@@ -151,7 +151,7 @@ def _rows(name: str, columns: tuple[tuple[str, str], ...]) -> str:
 # the database's work.
 GROUP_STATEMENT = (
     f"WITH {_rows('c', _GROUP_CHARGE)}, {_rows('s', _GROUP_SETTLEMENT)}, "
-    f"locked AS (SELECT id FROM {KEYS} WHERE id IN (SELECT key FROM c UNION ALL SELECT key FROM s) "
+    f"locked AS (SELECT id FROM {KEYS} WHERE id = ANY(%(c_key)s::int8[] || %(s_key)s::int8[]) "
     f"FOR NO KEY UPDATE SKIP LOCKED), "
     f"taken AS (UPDATE {KEYS} k SET credits = k.credits - c.amount, in_flight = k.in_flight + 1, "
     f"last_used_at = %(now)s FROM c, locked WHERE k.id = c.key AND locked.id = c.key AND k.is_active "

@@ -2,7 +2,7 @@
 
 Each charge and settlement updates its key row (a heap-only update: no index entry is written),
 but PostgreSQL still opens and locks every index of the keys table for each statement that
-updates it. Eleven indexes are six more than any query of the product reads:
+updates it. Of its eleven indexes, seven served no query of the product:
 
 - the digest is only ever matched by equality (a request's authentication), so its unique
   constraint keeps one index, without the pattern-matching copy PostgreSQL gets beside a

@@ -149,6 +149,7 @@ def _rows(name: str, columns: tuple[tuple[str, str], ...]) -> str:
 # left to run alone when the key was not locked (_run_group). Matching the answer to the requests
 # here rather than in the statement keeps four joins, and their start-up at every execution, out of
 # the database's work.
+ANSWER_LOCKED, ANSWER_CHARGED, ANSWER_SETTLED = 0, 1, 2
 GROUP_STATEMENT = (
     f"WITH {_rows('c', _GROUP_CHARGE)}, {_rows('s', _GROUP_SETTLEMENT)}, "
     f"locked AS (SELECT id FROM {KEYS} WHERE id = ANY(%(c_key)s::int8[] || %(s_key)s::int8[]) "
@@ -172,9 +173,9 @@ GROUP_STATEMENT = (
     f"recorded AS (INSERT INTO {USAGE} ({_USAGE_COLUMNS}) "
     f"SELECT key_id, model_pk, operation, status, success, input_tokens, output_tokens, cached_tokens, "
     f"-amount, latency_ms, provider, deployment, %(now)s, request_id FROM settled) "
-    f"SELECT 0, id, NULL::int8, NULL::int8 FROM locked UNION ALL SELECT 1, key_id, id, balance_after FROM charged "
-    f"UNION ALL SELECT 2, id, NULL, NULL FROM settled")
-ANSWER_LOCKED, ANSWER_CHARGED, ANSWER_SETTLED = 0, 1, 2
+    f"SELECT {ANSWER_LOCKED}, id, NULL::int8, NULL::int8 FROM locked "
+    f"UNION ALL SELECT {ANSWER_CHARGED}, key_id, id, balance_after FROM charged "
+    f"UNION ALL SELECT {ANSWER_SETTLED}, id, NULL, NULL FROM settled")
 
 
 # What a group answers for a request whose key row another transaction held: its statement runs alone.
@@ -221,8 +222,13 @@ def _run_group(items: list[tuple[str, dict]]) -> list:
             charged[number] = (entry, balance)
         else:
             settled.add(number)
-    return [SKIPPED if params["key"] not in locked else
-            charged.get(params["key"]) if kind == CHARGE else params["entry"] in settled for kind, params in items]
+
+    def outcome(kind: str, params: dict):
+        if params["key"] not in locked:
+            return SKIPPED
+        return charged.get(params["key"]) if kind == CHARGE else params["entry"] in settled
+
+    return [outcome(kind, params) for kind, params in items]
 
 
 def _alone(db, kind: str, params: dict):

@@ -142,9 +142,10 @@ def served(source: Source, workdir: Path, *, backend: str = "postgres+redis", da
            extra_env: dict | None = None, connections: int = 16, warm: int = 3,
            postgres_settings: dict[str, str] | None = None):
     """The gateway from ``source`` served as the runs above serve it (nginx as the upstream; on PostgreSQL +
-    Redis the bench's own servers, ``database`` in its cluster), its keys issued and wrk's load for
-    ``warm`` seconds behind it (``postgres_settings``: more settings of the cluster). Yields (the gateway, the PostgreSQL cluster or None); everything it
-    started is stopped after the block, the gateway first (``manage.py reconcile`` runs then)."""
+    Redis the bench's own servers, ``database`` in its cluster, with ``postgres_settings`` added to the
+    cluster's), its keys issued and wrk's load for ``warm`` seconds behind it. Yields (the gateway, the
+    PostgreSQL cluster or None); everything it started is stopped after the block, the gateway first
+    (``manage.py reconcile`` runs then)."""
     nginx = harness.start_nginx(workdir)
     postgres = redis = gateway = None
     try:

@@ -15,8 +15,7 @@ def _indexes(table):
 def test_a_key_is_found_by_its_digest_through_one_unique_index_and_by_its_prefix(vendor):
     indexes = _indexes("keys_apikey")
     assert indexes >= {("id",), ("digest",), ("prefix",)}
-    assert not indexes & {("owner_platform_id",), ("owner_platform_username",),
-                                                   ("owner_category",)}
+    assert not indexes & {("owner_platform_id",), ("owner_platform_username",), ("owner_category",)}
     if vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'keys_apikey' ORDER BY indexname")

@@ -55,7 +55,8 @@ def test_rows_inserted_in_one_statement_are_counted_as_if_inserted_one_by_one(se
     expected_hours, expected_days = {}, {}
     for k, m, when, ok, tokens, credits, latency in rows:
         counts = (1, int(ok), int(not ok), tokens[0], tokens[1], credits if ok else 0, latency)
-        for table, group in ((expected_hours, (m.pk, when.replace(minute=0))), (expected_days, (k.pk, m.pk, str(when.date())))):
+        hour, day = (m.pk, when.replace(minute=0)), (k.pk, m.pk, str(when.date()))
+        for table, group in ((expected_hours, hour), (expected_days, day)):
             table[group] = tuple(a + b for a, b in zip(table.get(group, (0,) * 7), counts))
     hours = {(row["model"], row["hour"]): tuple(row[c] for c in columns)
              for row in ModelHourlyUsage.objects.values("model", "hour", *columns)}

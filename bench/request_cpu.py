@@ -21,11 +21,13 @@ ones, while the CPU time of every process involved is read from /proc before and
 
 Machine CPU per request is server + PostgreSQL + Redis. The report gives, per source, the medians
 over the rounds and the median of each round's ratio to that round's floor: CPU per request
-(gateway / floor) and throughput (gateway / floor). On PostgreSQL also the WAL each request wrote
+(gateway / floor) and throughput (gateway / floor), and in how many rounds each half of issue 27's
+target (TARGET_CPU_RATIO, TARGET_RPS_RATIO) held on its own. On PostgreSQL also the WAL each request wrote
 (pg_current_wal_lsn before and after), and at the end the share of each table's updates that were
 HOT (pg_stat_user_tables). `manage.py reconcile` runs after every gateway run; a mismatch fails the
 run. The whole machine's busy CPU per request (/proc/stat) is logged too: when it is far above the
-processes' own sum, other work was sharing the cores. Before each run the bench waits (--max-wait
+processes' own sum, other work was sharing the cores; nginx's and wrk's CPU per request, the same
+work for every request, rising in a round says the same. Before each run the bench waits (--max-wait
 seconds at most) until the machine is quiet (--quiet: fewer cores busy than that), since other work
 on the cores inflates every CPU figure.
 
@@ -291,8 +293,14 @@ class Backend:
         return stats
 
 
+# Issue 27's target for a gateway against the floor of its own round: at most this many times the floor's
+# machine CPU per request, at least this share of its requests per second.
+TARGET_CPU_RATIO, TARGET_RPS_RATIO = 2.0, 0.5
+
+
 def summarize(rows: list[dict]) -> list[dict]:
-    """Per (backend, target): medians over rounds, and the medians of each round's ratios to its floor."""
+    """Per (backend, target): medians over rounds, the medians of each round's ratios to its floor, and
+    how many rounds met each half of TARGET on their own."""
     floors = {(row["backend"], row["round"]): row for row in rows if row["target"] == "floor"}
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
@@ -307,6 +315,10 @@ def summarize(rows: list[dict]) -> list[dict]:
                  "cpu_ratio": statistics.median(run["machine_ms"] / floors[(backend, run["round"])]["machine_ms"]
                                                 for run in runs),
                  "rps_ratio": statistics.median(run["rps"] / floors[(backend, run["round"])]["rps"] for run in runs),
+                 "rounds_at_target": (
+                     sum(run["machine_ms"] <= TARGET_CPU_RATIO * floors[(backend, run["round"])]["machine_ms"]
+                         for run in runs),
+                     sum(run["rps"] >= TARGET_RPS_RATIO * floors[(backend, run["round"])]["rps"] for run in runs)),
                  "non_2xx": sum(run["non_2xx"] + run["socket_errors"] for run in runs),
                  "load": max(run["load"] for run in runs)}
         if "wal_bytes" in runs[0]:
@@ -321,8 +333,8 @@ def summarize(rows: list[dict]) -> list[dict]:
 
 def table(summary: list[dict], servers: dict) -> str:
     lines = ["| backend (server) | served | req/s | server CPU ms/req | PostgreSQL | Redis | machine CPU ms/req "
-             "(range) | × floor CPU | of floor req/s | WAL B/req | non-2xx | load |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "(range) | × floor CPU | of floor req/s | rounds at target (CPU; req/s) | WAL B/req | non-2xx | load |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for entry in summary:
         cpu = entry["cpu_ms"]
         low, high = entry["machine_ms_range"]
@@ -332,6 +344,7 @@ def table(summary: list[dict], servers: dict) -> str:
             f"| {cpu['server']:.3f} | {cpu.get('postgres', 0):.3f} | {cpu.get('redis', 0):.3f} "
             f"| {entry['machine_ms']:.3f} ({low:.2f}–{high:.2f}) | {'1' if floor else format(entry['cpu_ratio'], '.2f')} "
             f"| {'1' if floor else format(entry['rps_ratio'], '.2f')} "
+            f"| {'–' if floor else '{}; {} of {}'.format(*entry['rounds_at_target'], entry['rounds'])} "
             f"| {format(entry['wal_bytes'], ',.0f') if 'wal_bytes' in entry else '–'} "
             f"| {entry['non_2xx']} | {entry['load']:.1f} |")
     return "\n".join(lines)

@@ -6,12 +6,12 @@ rows loaded in bulk (benchmarks, imports) are counted the same way.
 """
 from django.db import migrations
 
-_COUNTERS = "requests, completed, failed, input_tokens, output_tokens, credits, latency_ms_total"
+COUNTERS = "requests, completed, failed, input_tokens, output_tokens, credits, latency_ms_total"
 _VALUES = ("1, CASE WHEN NEW.success THEN 1 ELSE 0 END, CASE WHEN NEW.success THEN 0 ELSE 1 END, "
            "NEW.input_tokens, NEW.output_tokens, NEW.credits_charged, NEW.latency_ms")
 
 
-def _bump(table):
+def bump(table):
     names = ("requests", "completed", "failed", "input_tokens", "output_tokens", "credits", "latency_ms_total")
     return ", ".join(f"{name} = {table}.{name} + excluded.{name}" for name in names)
 
@@ -22,12 +22,12 @@ DAILY = "models_catalog_keydailyusage"
 SQLITE_CREATE = f"""
 CREATE TRIGGER usage_rollups AFTER INSERT ON models_catalog_usageevent
 BEGIN
-  INSERT INTO {HOURLY} (model_id, hour, {_COUNTERS})
+  INSERT INTO {HOURLY} (model_id, hour, {COUNTERS})
   VALUES (NEW.model_id, strftime('%Y-%m-%d %H:00:00', NEW.created_at), {_VALUES})
-  ON CONFLICT (model_id, hour) DO UPDATE SET {_bump(HOURLY)};
-  INSERT INTO {DAILY} (key_id, model_id, day, {_COUNTERS})
+  ON CONFLICT (model_id, hour) DO UPDATE SET {bump(HOURLY)};
+  INSERT INTO {DAILY} (key_id, model_id, day, {COUNTERS})
   VALUES (NEW.key_id, NEW.model_id, date(NEW.created_at), {_VALUES})
-  ON CONFLICT (key_id, model_id, day) DO UPDATE SET {_bump(DAILY)};
+  ON CONFLICT (key_id, model_id, day) DO UPDATE SET {bump(DAILY)};
 END;
 """
 SQLITE_DROP = "DROP TRIGGER IF EXISTS usage_rollups;"
@@ -35,12 +35,12 @@ SQLITE_DROP = "DROP TRIGGER IF EXISTS usage_rollups;"
 POSTGRES_CREATE = f"""
 CREATE OR REPLACE FUNCTION models_catalog_usage_rollups() RETURNS trigger AS $$
 BEGIN
-  INSERT INTO {HOURLY} (model_id, hour, {_COUNTERS})
+  INSERT INTO {HOURLY} (model_id, hour, {COUNTERS})
   VALUES (NEW.model_id, date_trunc('hour', NEW.created_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', {_VALUES})
-  ON CONFLICT (model_id, hour) DO UPDATE SET {_bump(HOURLY)};
-  INSERT INTO {DAILY} (key_id, model_id, day, {_COUNTERS})
+  ON CONFLICT (model_id, hour) DO UPDATE SET {bump(HOURLY)};
+  INSERT INTO {DAILY} (key_id, model_id, day, {COUNTERS})
   VALUES (NEW.key_id, NEW.model_id, (NEW.created_at AT TIME ZONE 'UTC')::date, {_VALUES})
-  ON CONFLICT (key_id, model_id, day) DO UPDATE SET {_bump(DAILY)};
+  ON CONFLICT (key_id, model_id, day) DO UPDATE SET {bump(DAILY)};
   RETURN NULL;
 END;
 $$ LANGUAGE plpgsql;

@@ -14,7 +14,7 @@ from importlib import import_module
 
 from django.db import migrations
 
-# The row trigger's migration: its table and column names, and its trigger to go back to.
+# The row trigger's migration: its table and column names, its update of a rollup row, and its trigger to go back to.
 _rows = import_module("models_catalog.migrations.0002_usage_rollup_triggers")
 _SUMS = ("count(*), count(*) FILTER (WHERE success), count(*) FILTER (WHERE NOT success), sum(input_tokens), "
          "sum(output_tokens), sum(credits_charged), sum(latency_ms)")
@@ -22,16 +22,16 @@ _SUMS = ("count(*), count(*) FILTER (WHERE success), count(*) FILTER (WHERE NOT 
 POSTGRES_PER_STATEMENT = f"""
 CREATE OR REPLACE FUNCTION models_catalog_usage_rollups() RETURNS trigger AS $$
 BEGIN
-  INSERT INTO {_rows.HOURLY} (model_id, hour, {_rows._COUNTERS})
+  INSERT INTO {_rows.HOURLY} (model_id, hour, {_rows.COUNTERS})
   SELECT model_id, hour, {_SUMS} FROM (
     SELECT *, date_trunc('hour', created_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS hour FROM inserted_usage
   ) AS rows GROUP BY model_id, hour ORDER BY model_id, hour
-  ON CONFLICT (model_id, hour) DO UPDATE SET {_rows._bump(_rows.HOURLY)};
-  INSERT INTO {_rows.DAILY} (key_id, model_id, day, {_rows._COUNTERS})
+  ON CONFLICT (model_id, hour) DO UPDATE SET {_rows.bump(_rows.HOURLY)};
+  INSERT INTO {_rows.DAILY} (key_id, model_id, day, {_rows.COUNTERS})
   SELECT key_id, model_id, day, {_SUMS} FROM (
     SELECT *, (created_at AT TIME ZONE 'UTC')::date AS day FROM inserted_usage
   ) AS rows GROUP BY model_id, key_id, day ORDER BY model_id, key_id, day
-  ON CONFLICT (key_id, model_id, day) DO UPDATE SET {_rows._bump(_rows.DAILY)};
+  ON CONFLICT (key_id, model_id, day) DO UPDATE SET {_rows.bump(_rows.DAILY)};
   RETURN NULL;
 END;
 $$ LANGUAGE plpgsql;

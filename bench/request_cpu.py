@@ -21,10 +21,10 @@ ones, while the CPU time of every process involved is read from /proc before and
 
 Machine CPU per request is server + PostgreSQL + Redis. The report gives, per source, the medians
 over the rounds and the median of each round's ratio to that round's floor: CPU per request
-(gateway / floor) and throughput (gateway / floor), and in how many rounds each half of issue 27's
-target (TARGET_CPU_RATIO, TARGET_RPS_RATIO) held on its own. On PostgreSQL also the WAL each request wrote
-(pg_current_wal_lsn before and after), and at the end the share of each table's updates that were
-HOT (pg_stat_user_tables). `manage.py reconcile` runs after every gateway run; a mismatch fails the
+(gateway / floor) and throughput (gateway / floor), and in how many rounds each half of issue
+27's target (TARGET_CPU_RATIO, TARGET_RPS_RATIO) held on its own. On PostgreSQL also the WAL each
+request wrote (pg_current_wal_lsn before and after), and at the end the share of each table's
+updates that were HOT (pg_stat_user_tables). `manage.py reconcile` runs after every gateway run; a mismatch fails the
 run. The whole machine's busy CPU per request (/proc/stat) is logged too: when it is far above the
 processes' own sum, other work was sharing the cores; nginx's and wrk's CPU per request, the same
 work for every request, rising in a round says the same. Before each run the bench waits (--max-wait
@@ -300,25 +300,24 @@ TARGET_CPU_RATIO, TARGET_RPS_RATIO = 2.0, 0.5
 
 def summarize(rows: list[dict]) -> list[dict]:
     """Per (backend, target): medians over rounds, the medians of each round's ratios to its floor, and
-    how many rounds met each half of TARGET on their own."""
+    how many rounds met TARGET_CPU_RATIO and TARGET_RPS_RATIO each on their own."""
     floors = {(row["backend"], row["round"]): row for row in rows if row["target"] == "floor"}
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
         groups.setdefault((row["backend"], row["target"]), []).append(row)
     summary = []
     for (backend, target), runs in groups.items():
+        paired = [(run, floors[(backend, run["round"])]) for run in runs]
         entry = {"backend": backend, "target": target, "rounds": len(runs),
                  "rps": statistics.median(run["rps"] for run in runs),
                  "machine_ms": statistics.median(run["machine_ms"] for run in runs),
                  "machine_ms_range": (min(run["machine_ms"] for run in runs), max(run["machine_ms"] for run in runs)),
                  "cpu_ms": {name: statistics.median(run["cpu_ms"][name] for run in runs) for name in runs[0]["cpu_ms"]},
-                 "cpu_ratio": statistics.median(run["machine_ms"] / floors[(backend, run["round"])]["machine_ms"]
-                                                for run in runs),
-                 "rps_ratio": statistics.median(run["rps"] / floors[(backend, run["round"])]["rps"] for run in runs),
+                 "cpu_ratio": statistics.median(run["machine_ms"] / floor["machine_ms"] for run, floor in paired),
+                 "rps_ratio": statistics.median(run["rps"] / floor["rps"] for run, floor in paired),
                  "rounds_at_target": (
-                     sum(run["machine_ms"] <= TARGET_CPU_RATIO * floors[(backend, run["round"])]["machine_ms"]
-                         for run in runs),
-                     sum(run["rps"] >= TARGET_RPS_RATIO * floors[(backend, run["round"])]["rps"] for run in runs)),
+                     sum(run["machine_ms"] <= TARGET_CPU_RATIO * floor["machine_ms"] for run, floor in paired),
+                     sum(run["rps"] >= TARGET_RPS_RATIO * floor["rps"] for run, floor in paired)),
                  "non_2xx": sum(run["non_2xx"] + run["socket_errors"] for run in runs),
                  "load": max(run["load"] for run in runs)}
         if "wal_bytes" in runs[0]:

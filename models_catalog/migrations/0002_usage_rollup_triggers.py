@@ -12,8 +12,7 @@ _VALUES = ("1, CASE WHEN NEW.success THEN 1 ELSE 0 END, CASE WHEN NEW.success TH
 
 
 def bump(table):
-    names = ("requests", "completed", "failed", "input_tokens", "output_tokens", "credits", "latency_ms_total")
-    return ", ".join(f"{name} = {table}.{name} + excluded.{name}" for name in names)
+    return ", ".join(f"{name} = {table}.{name} + excluded.{name}" for name in COUNTERS.split(", "))
 
 
 HOURLY = "models_catalog_modelhourlyusage"

@@ -12,9 +12,10 @@ successes, an Idempotency-Key retry, a stream, upstream failures (404, 429, 401,
 connection), refusals of every kind (bad JSON, NaN, lone surrogates, big integers, oversize
 bodies, missing and bad keys, a tier without access) and CORS. It records each answer, then the
 key's ledger and usage rows, with what changes from run to run taken out (Date, X-Request-ID,
-row ids, timestamps, latencies, request ids, /utils/facts' random facts). One worker serves each
-gateway, so the key row it caches answers every request. Prints the differences against the
-first source and exits 1 if there are any.
+row ids, timestamps, latencies, request ids, /utils/facts' random facts). A row column that an
+older source's schema lacks (a deployment, say) is compared for no source, and the report names
+it. One worker serves each gateway, so the key row it caches answers every request. Prints the
+differences against the first source and exits 1 if there are any.
 """
 from __future__ import annotations
 
@@ -140,27 +141,49 @@ def normalized(answer: dict, secrets: list[str]) -> str:
     return f"{answer['status']}\n{headers}\n  body: {text}"
 
 
-LEDGER_SQL = ("SELECT kind, amount, balance_after, status, actor, operation, model, provider, deployment_id, "
-              "input_tokens, output_tokens, idempotency_key, charge_id IS NOT NULL FROM keys_ledgerentry ORDER BY id")
-USAGE_SQL = ("SELECT operation, status, success, input_tokens, output_tokens, cached_tokens, credits_charged, provider, "
-             "deployment_id FROM models_catalog_usageevent ORDER BY id")
-KEY_SQL = "SELECT credits, in_flight FROM keys_apikey ORDER BY id"
+# The rows compared: (label, table, columns). A column that some source's schema lacks (an older
+# tree's) is compared for none of them, and the report names it.
+ROWS = [
+    ("ledger", "keys_ledgerentry", ["kind", "amount", "balance_after", "status", "actor", "operation", "model",
+                                    "provider", "deployment_id", "input_tokens", "output_tokens",
+                                    "idempotency_key", "charge_id IS NOT NULL"]),
+    ("usage", "models_catalog_usageevent", ["operation", "status", "success", "input_tokens", "output_tokens",
+                                            "cached_tokens", "credits_charged", "provider", "deployment_id"]),
+    ("key", "keys_apikey", ["credits", "in_flight"]),
+]
+BOOLEANS = {"success", "charge_id IS NOT NULL"}  # SQLite keeps them as 0/1
 
 
-def rows(gateway: harness.Gateway, postgres: harness.PrivatePostgres | None, database: str) -> str:
-    out = []
-    for name, sql in (("ledger", LEDGER_SQL), ("usage", USAGE_SQL), ("key", KEY_SQL)):
+def rows(gateway: harness.Gateway, postgres: harness.PrivatePostgres | None, database: str) -> dict:
+    """{label: (columns, rows)} with the columns of ROWS this source's schema has."""
+    def fetch(sql: str) -> list[list[str]]:
         if postgres is not None:
-            found = postgres.query(sql, database=database)
+            return postgres.query(sql, database=database)
+        with sqlite3.connect(gateway.dir / "data" / "gateway.sqlite3") as connection:
+            return [["t" if value is True else "f" if value is False else "" if value is None else str(value)
+                     for value in row] for row in connection.execute(sql)]
+
+    out = {}
+    for label, table, wanted in ROWS:
+        if postgres is not None:
+            present = {row[0] for row in fetch(f"SELECT column_name FROM information_schema.columns "
+                                               f"WHERE table_name = '{table}'")}
         else:
-            with sqlite3.connect(gateway.dir / "data" / "gateway.sqlite3") as connection:
-                found = [["t" if value is True else "f" if value is False else "" if value is None else str(value)
-                          for value in row] for row in connection.execute(sql)]
-            if name == "usage":  # SQLite keeps booleans as 0/1
-                found = [[*row[:2], {"1": "t", "0": "f"}.get(row[2], row[2]), *row[3:]] for row in found]
-            if name == "ledger":
-                found = [[*row[:12], {"1": "t", "0": "f"}.get(row[12], row[12])] for row in found]
-        out += [f"{name}: {' | '.join(row)}" for row in found]
+            present = {row[1] for row in fetch(f"PRAGMA table_info({table})")}
+        columns = [column for column in wanted if column.split()[0] in present]
+        found = fetch(f"SELECT {', '.join(columns)} FROM {table} ORDER BY id")
+        out[label] = (columns, [[{"1": "t", "0": "f"}.get(value, value) if column in BOOLEANS else value
+                                 for column, value in zip(columns, row)] for row in found])
+    return out
+
+
+def rows_text(found: dict, shared: dict[str, list[str]]) -> str:
+    """The rows of one source as text, with only the columns every source has."""
+    out = []
+    for label, _, _ in ROWS:
+        columns, values = found[label]
+        keep = [columns.index(column) for column in shared[label]]
+        out += [f"{label}: {' | '.join(row[index] for index in keep)}" for row in values]
     return "\n".join(out)
 
 
@@ -218,9 +241,17 @@ def main() -> None:
             if server is not None:
                 server.stop()
         harness.remove_workdir(workdir, keep=args.keep)
+    shared = {label: [column for column in wanted if all(column in answers["rows"][label][0] for answers in recorded)]
+              for label, _, wanted in ROWS}
+    for answers in recorded:
+        answers["rows"] = rows_text(answers["rows"], shared)
     first = recorded[0]
     print(f"\nanswers_diff.py, {args.backend}: {len(first)} answers and records per source; "
           f"reference {sources[0]}")
+    left_out = [f"{table}.{column}" for label, table, wanted in ROWS
+                for column in wanted if column not in shared[label]]
+    if left_out:
+        print(f"Not in every source's schema, so compared for none: {', '.join(left_out)}")
     if args.verbose:
         for name, answer in first.items():
             print(f"\n=== {name}\n{answer}")

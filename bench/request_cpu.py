@@ -24,12 +24,12 @@ over the rounds and the median of each round's ratio to that round's floor: CPU 
 (gateway / floor) and throughput (gateway / floor), and in how many rounds each half of issue
 27's target (TARGET_CPU_RATIO, TARGET_RPS_RATIO) held on its own. On PostgreSQL also the WAL each
 request wrote (pg_current_wal_lsn before and after), and at the end the share of each table's
-updates that were HOT (pg_stat_user_tables). `manage.py reconcile` runs after every gateway run; a mismatch fails the
-run. The whole machine's busy CPU per request (/proc/stat) is logged too: when it is far above the
-processes' own sum, other work was sharing the cores; nginx's and wrk's CPU per request, the same
-work for every request, rising in a round says the same. Before each run the bench waits (--max-wait
-seconds at most) until the machine is quiet (--quiet: fewer cores busy than that), since other work
-on the cores inflates every CPU figure.
+updates that were HOT (pg_stat_user_tables). `manage.py reconcile` runs after every gateway run;
+a mismatch fails the run. The whole machine's busy CPU per request (/proc/stat) is logged too: when
+it is far above the processes' own sum, other work was sharing the cores; nginx's and wrk's CPU per
+request, the same work for every request, rising in a round says the same. Before each run the
+bench waits (--max-wait seconds at most) until the machine is quiet (--quiet: fewer cores busy than
+that), since other work on the cores inflates every CPU figure.
 
 A --source is another copy of the project (`git archive REV | tar -x -C DIR`, or a prototype:
 bench/prototypes/), served with this tree's virtualenv, each with its own database and Redis db;

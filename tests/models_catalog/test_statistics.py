@@ -1,3 +1,4 @@
+import time as time_module
 from datetime import datetime, time, timedelta, timezone as dt_timezone
 
 import pytest
@@ -24,6 +25,15 @@ def record(key, model_id, *, success=True, tokens=(10, 4), when=None):
 def counters(requests, completed, input_tokens, output_tokens, credits):
     return {"totalRequests": requests, "completedRequests": completed, "failedRequests": requests - completed,
             "inputTokens": input_tokens, "outputTokens": output_tokens, "creditsSpent": credits}
+
+
+def away_from_midnight(margin: float = 10.0) -> None:
+    """Wait out the last seconds of the UTC day, so a test that records usage "today" and then reads the
+    thirty days ending today cannot see the day turn between the two."""
+    now = timezone.now()
+    left = (datetime.combine(now.date() + timedelta(days=1), time(0), tzinfo=dt_timezone.utc) - now).total_seconds()
+    if left < margin:
+        time_module.sleep(left + 0.2)
 
 
 def key_statistics(client, secret):
@@ -106,6 +116,7 @@ def test_key_statistics_are_limited_per_client_address(client, seeded, free_key,
 def test_global_statistics_have_totals_and_thirty_days_ending_today(client, seeded, make_key):
     first, _ = make_key()
     second, _ = make_key()
+    away_from_midnight()
     today = timezone.now().date()
 
     def noon(days_ago):
@@ -148,6 +159,7 @@ def chat(client, secret, content):
 
 def test_statistics_match_the_chats_the_test_made(client, seeded, make_key):
     key, secret = make_key(credits=10, max_credits=10)
+    away_from_midnight()
     usages = []
     for content in ("one", "two words", "three words here"):
         response = chat(client, secret, content)

@@ -7,13 +7,32 @@ access log, its throughput is what the framework and the stack allow; the gatewa
 by it is what metering costs.
 
     gunicorn --chdir bench floor_view:application   (FLOOR_UPSTREAM names the upstream URL)
+
+With FLOOR_CORES naming a file, each worker keeps to a core of its own, as the gateway's gevent
+workers do by default (gateway/gunicorn_conf.py): the n-th worker to load the view takes the n-th
+core, counted in that file (one byte a worker, under a lock).
 """
+import fcntl
 import os
 
 import django
 from django.conf import settings
 
 UPSTREAM = os.environ.get("FLOOR_UPSTREAM", "http://127.0.0.1:18201/v1/chat/completions")
+
+
+def keep_to_a_core_of_its_own(counter: str) -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    with open(counter, "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        taken = len(handle.read())
+        handle.write(b"w")
+    os.sched_setaffinity(0, {cpus[taken % len(cpus)]})
+
+
+if os.environ.get("FLOOR_CORES"):
+    keep_to_a_core_of_its_own(os.environ["FLOOR_CORES"])
 
 settings.configure(
     DEBUG=False, SECRET_KEY="bench-floor-only", ALLOWED_HOSTS=["127.0.0.1"], ROOT_URLCONF=__name__,

@@ -574,18 +574,20 @@ class Gateway:
                              stdout=subprocess.PIPE, text=True).stdout
         return json.loads(out)
 
-    def start_floor(self, port: int) -> Process:
-        """bench/floor_view.py under gunicorn with this gateway's worker settings, on ``port``.
+    def start_floor(self, port: int, *, pinned: bool = False) -> Process:
+        """bench/floor_view.py under gunicorn with this gateway's worker settings, on ``port``; ``pinned``:
+        each worker kept to a core of its own, as the gateway's gevent workers are by default.
 
         No access log: the floor is the least a service does per request (gunicorn formats and
         writes an access line even to /dev/null)."""
         config = self.server_config()
+        cores = {"FLOOR_CORES": str(self.dir / f"floor-cores-{port}")} if pinned else {}
         process = Process(
             f"floor view on :{port}",
             [str(VENV_BIN / "gunicorn"), "--chdir", str(BENCH), "-b", f"127.0.0.1:{port}",
              "-k", config["worker_class"], "-w", str(config["workers"]), "--threads", str(config["threads"]),
              "--worker-connections", str(config["worker_connections"]), "floor_view:application"],
-            env={**os.environ, "FLOOR_UPSTREAM": f"http://127.0.0.1:{FAST_UPSTREAM_PORT}/v1/chat/completions"},
+            env={**os.environ, "FLOOR_UPSTREAM": f"http://127.0.0.1:{FAST_UPSTREAM_PORT}/v1/chat/completions", **cores},
             logfile=self.dir / "floor.log")
         wait_for_port(port, process=process)
         return process

@@ -200,7 +200,7 @@ class Backend:
             gateway.prepare(keys=self.args.keys, catalogs=tuple(self.args.catalog))
             gateway.start()
         # The floor under the first gateway's server settings (the same for every source).
-        self.floor = self.gateways[0].start_floor(harness.FLOOR_PORT)
+        self.floor = self.gateways[0].start_floor(harness.FLOOR_PORT, pinned=self.args.floor_pinned)
 
     def stop(self) -> None:
         if self.floor is not None:
@@ -366,6 +366,9 @@ def main() -> None:
     parser.add_argument("--max-wait", type=float, default=30, help="…but no longer than this many seconds")
     parser.add_argument("--out", type=Path, help="also write every run's figures as JSON here")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, databases)")
+    parser.add_argument("--floor-pinned", action="store_true",
+                        help="keep each of the floor's workers to a core of its own, as the gateway's gevent "
+                             "workers are by default (the floor is not, unless asked)")
     args = parser.parse_args()
     harness.stop_on_sigterm()
     args.rounds = max(1, min(args.rounds, 10))
@@ -408,7 +411,8 @@ def main() -> None:
     summary = summarize(rows)
     print(f"\nrequest_cpu.py, {time.strftime('%Y-%m-%d %H:%M')}, {args.rounds} rounds of {args.duration} s, "
           f"{args.connections} connections, {args.keys} keys, {os.cpu_count()} CPUs; medians over the rounds, "
-          f"ratios are the median of each round's ratio to its floor\n")
+          f"ratios are the median of each round's ratio to its floor"
+          f"{' (its workers each kept to a core of its own)' if args.floor_pinned else ''}\n")
     print(table(summary, servers))
     for entry in summary:
         if entry["target"] != "floor":

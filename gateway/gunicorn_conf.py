@@ -104,12 +104,13 @@ def pick_cpu(server) -> int | None:
 
     A gevent worker is one thread: it never runs on two cores at once, so keeping it to one loses it
     nothing, and with one worker per core the kernel no longer puts two of them on one core while the
-    other core waits (on two cores, a tenth more of the machine kept busy and 8 % more requests
-    served: docs/performance.md, issue 27's sixteenth round). The new worker takes the core the fewest
-    live workers keep to, so a worker that replaces a dead one takes the dead one's core, and during a
-    reload (the new workers start before the old ones stop) each new one takes another core. Threads
-    (gthread, the embedded default's) run at once on several cores, and workers more than cores are
-    best placed by the kernel: those are not pinned.
+    other core waits (on two cores shared with PostgreSQL and Redis: 1.83–1.91 of them busy instead
+    of 1.72–1.81, and some 6 % more requests served; docs/performance.md, issue 27's sixteenth
+    round). The new worker takes the core the fewest live workers keep to, so a worker that replaces
+    a dead one takes the dead one's core, and during a reload (the new workers start before the old
+    ones stop) each new one takes another core. Threads (gthread, the embedded default's) run at
+    once on several cores, and workers more than cores are best placed by the kernel: those are not
+    pinned.
     """
     if not pin_workers or not issubclass(server.cfg.worker_class, AsyncWorker):
         return None

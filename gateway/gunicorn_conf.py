@@ -138,7 +138,12 @@ def post_fork(server, worker):
         os.environ["GATEWAY_WORKER_CONNECTIONS"] = str(server.cfg.worker_connections)
     cpu = getattr(worker, "cpu", None)
     if cpu is not None:
-        os.sched_setaffinity(0, {cpu})
+        try:
+            os.sched_setaffinity(0, {cpu})
+        except OSError as exc:  # the core left the process's set since, or a sandbox refuses the call
+            worker.cpu = None
+            server.log.warning("worker %s serves on any core: keeping it to core %s was refused (%s)",
+                               os.getpid(), cpu, exc)
 
 
 def post_worker_init(worker):

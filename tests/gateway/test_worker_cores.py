@@ -80,6 +80,32 @@ def test_pinning_is_on_by_default_can_be_turned_off_and_a_bad_value_stops_the_se
     assert "Traceback" not in refused.stderr
 
 
+REFUSED = textwrap.dedent("""
+    import os, types
+    import gateway.gunicorn_conf as conf
+    from gunicorn.workers.ggevent import GeventWorker
+
+    def refuse(pid, cpus):
+        raise OSError(22, "Invalid argument")
+
+    os.sched_setaffinity = refuse
+    warnings = []
+    log = types.SimpleNamespace(warning=lambda message, *args: warnings.append(message % args))
+    cfg = types.SimpleNamespace(workers=2, worker_class=GeventWorker, worker_class_str="gevent", worker_connections=9)
+    worker = types.SimpleNamespace(cpu=1)
+    conf.post_fork(types.SimpleNamespace(cfg=cfg, log=log), worker)
+    print(worker.cpu, os.environ["GATEWAY_WORKER_CONNECTIONS"], warnings)
+""")
+
+
+def test_a_worker_whose_core_is_refused_boots_on_any_core_with_a_warning():
+    done = _run(REFUSED)
+    assert done.returncode == 0, done.stderr
+    cpu, connections, warnings = done.stdout.split(" ", 2)
+    assert (cpu, connections) == ("None", "9")
+    assert "serves on any core: keeping it to core 1 was refused" in warnings
+
+
 def _cores(pid: int) -> set[int]:
     return os.sched_getaffinity(pid)
 

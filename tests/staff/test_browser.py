@@ -97,7 +97,7 @@ def page_is_not_wider_than_the_screen(browser) -> bool:
 
 def test_staff_issue_a_key_read_the_secret_once_and_the_api_accepts_it(browser, live_server, staff_login, seeded):
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 
     staff_login()
     browser.get(f"{live_server.url}/admin/keys/apikey/add/")
@@ -112,7 +112,9 @@ def test_staff_issue_a_key_read_the_secret_once_and_the_api_accepts_it(browser, 
     secret = browser.find_element(By.ID, "issued-secret").get_attribute("value")
     assert "cannot be shown again" in browser.find_element(By.CSS_SELECTOR, ".staff-warning").text
     browser.find_element(By.ID, "copy-secret").click()
-    assert browser.find_element(By.ID, "copy-status").text  # copied, or told how to copy
+    # Copied, or told how to copy: written when the clipboard's promise settles, a moment after the click.
+    status = browser.find_element(By.ID, "copy-status")
+    assert WebDriverWait(browser, 10).until(lambda _: status.text)
     key = ApiKey.objects.get(digest=digest_secret(secret))
     assert (key.name, key.tier, key.credits, key.max_credits, key.owner_platform_username) == (
         "browser test", "free", 20, 25, "ann")

@@ -349,6 +349,11 @@ class PrivatePostgres:
     def url(self, database: str) -> str:
         return f"postgres://postgres@127.0.0.1:{self.port}/{database}"
 
+    def socket_url(self, database: str) -> str:
+        """The same database through the server's Unix socket (in its data folder), as
+        docs/operations.md recommends for a server on the gateway's own machine."""
+        return f"postgres://postgres@/{database}?host={self.data}&port={self.port}"
+
     def processes(self) -> list[int]:
         """The postmaster and every process it started: backends, WAL writer, checkpointer, autovacuum."""
         return process_tree(self.pid)
@@ -375,15 +380,18 @@ _private_redis_ports: set[int] = set()
 
 
 class PrivateRedis:
-    """A redis-server of the bench's own on 127.0.0.1:PRIVATE_REDIS_PORT, saving nothing to disk."""
+    """A redis-server of the bench's own on 127.0.0.1:PRIVATE_REDIS_PORT and a Unix socket in its folder,
+    saving nothing to disk."""
 
     def __init__(self, workdir: Path, *, port: int | None = None):
         self.port = port or free_port(PRIVATE_REDIS_PORT)
         _private_redis_ports.add(self.port)
         self.folder = workdir / "redis"
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.socket = self.folder / "redis.sock"
         self.process = Process("private Redis", [require_tool("redis-server", "redis-server"), "--port", str(self.port),
                                                  "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                                                 "--unixsocket", str(self.socket), "--unixsocketperm", "700",
                                                  "--dir", str(self.folder)], logfile=self.folder / "redis.log")
         import redis
 
@@ -403,6 +411,9 @@ class PrivateRedis:
 
     def url(self, db: int) -> str:
         return f"redis://127.0.0.1:{self.port}/{db}"
+
+    def socket_url(self, db: int) -> str:
+        return f"unix://{self.socket}?db={db}"
 
     def stop(self) -> None:
         self.process.stop()

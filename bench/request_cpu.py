@@ -37,7 +37,9 @@ bench/prototypes/), served with this tree's virtualenv, each with its own databa
 `--source BASE . .,ACCESS_LOG=/dev/null`. The provider types side by side:
 `--catalog bench/catalog_types.toml --models bench-chat bench-chat-azure bench-chat-gemini
 bench-chat-anthropic` (each model a row of its own, answered by nginx in its type's protocol). Gateways run with the production settings: no access line
-unless a `,ACCESS_LOG=` names one (the summary line is the access line).
+unless a `,ACCESS_LOG=` names one (the summary line is the access line). `,BENCH_SOCKETS=unix` is
+the bench's own: that gateway reaches the private PostgreSQL and Redis through their Unix sockets,
+as docs/operations.md recommends for servers on the gateway's machine (127.0.0.1 otherwise).
 
 Needs wrk, nginx, redis-server and the PostgreSQL server binaries (initdb, pg_ctl).
 """
@@ -61,6 +63,10 @@ WRK_SCRIPT = harness.BENCH / "wrk" / "chat.lua"
 BACKENDS = {"postgres+redis": "postgres+redis", "sqlite": "embedded", "embedded": "embedded"}
 GATEWAY_PORT = 18230  # + the source's number
 TABLES = ("keys_apikey", "keys_ledgerentry", "models_catalog_usageevent")
+# A --source setting of the bench's, not the gateway's: BENCH_SOCKETS=unix serves that source's gateway
+# through the private PostgreSQL's and Redis's Unix sockets (docs/operations.md recommends them for
+# servers on the gateway's machine); tcp, the default, through 127.0.0.1 as a server elsewhere needs.
+SOCKETS = "BENCH_SOCKETS"
 
 
 @dataclass
@@ -187,11 +193,18 @@ class Backend:
         self.gateways: list[harness.Gateway] = []
         for number, source in enumerate(sources):
             database = redis_url = None
+            env = dict(source.env)
+            sockets = env.pop(SOCKETS, "tcp")
+            if sockets not in ("tcp", "unix"):
+                raise SystemExit(f"{SOCKETS} must be tcp or unix, got {sockets!r}")
             if name == "postgres+redis":
                 database = postgres.url(f"gw_bench_{number}")
                 redis_url = redis.url(number)
+                if sockets == "unix":  # served through the sockets; the bench's own resets keep TCP
+                    env.update(DATABASE_URL=postgres.socket_url(f"gw_bench_{number}"),
+                               REDIS_URL=redis.socket_url(number))
             self.gateways.append(harness.Gateway(name, workdir / f"source{number}", port=GATEWAY_PORT + number,
-                                                 source=source.path, extra_env=source.env, database_url=database,
+                                                 source=source.path, extra_env=env, database_url=database,
                                                  redis_url=redis_url))
         self.floor: harness.Process | None = None
 

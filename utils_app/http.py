@@ -39,6 +39,7 @@ from urllib.parse import urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
+from urllib3 import Retry
 from urllib3 import Timeout as Urllib3Timeout
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError, ProtocolError, ReadTimeoutError, SSLError
@@ -55,6 +56,10 @@ CONNECT_SECONDS = 3.05
 # reset, timed out, cut short or badly compressed. requests wraps most of urllib3's and
 # the socket's errors, but a body read straight from ``response.raw`` meets them bare.
 TRANSPORT_ERRORS = (requests.RequestException, Urllib3Error, OSError)
+
+# What urllib3 makes of ``retries=False, redirect=False`` at every call (Retry.from_int), made once: no
+# retry, no redirect followed. A Retry is never changed in place (each step makes a new one).
+NO_RETRIES = Retry(False, redirect=False)
 
 
 class Upstreams:
@@ -101,7 +106,7 @@ class Upstreams:
         try:
             raw = self._pool(base_url, url).urlopen(
                 "POST", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), body=body,
-                headers=merged, redirect=False, retries=False, assert_same_host=False, preload_content=False,
+                headers=merged, redirect=False, retries=NO_RETRIES, assert_same_host=False, preload_content=False,
                 decode_content=False, timeout=Urllib3Timeout(connect=timeout[0], read=timeout[1]))
         except Urllib3Error as exc:
             raise _as_requests_error(exc) from exc

@@ -4,10 +4,11 @@ import zlib
 import pytest
 import requests
 import responses as responses_lib
+from urllib3 import Retry
 from urllib3.exceptions import DecodeError, ProtocolError, ReadTimeoutError
 
 from utils_app.errors import UpstreamError, UpstreamTimeout, error_body
-from utils_app.http import TRANSPORT_ERRORS, USER_AGENT, Upstreams, is_timeout, json_object, timeouts
+from utils_app.http import NO_RETRIES, TRANSPORT_ERRORS, USER_AGENT, Upstreams, is_timeout, json_object, timeouts
 
 BASE = "https://upstream.test/v1"
 
@@ -351,3 +352,11 @@ def test_http_client_reads_answers_with_it_and_its_limits_still_hold():
         ours.parse_headers_quickly(io.BytesIO(too_many))
     with pytest.raises(http.client.LineTooLong):
         ours.parse_headers_quickly(io.BytesIO(b"X-Long: " + b"a" * 70_000 + b"\r\n\r\n"))
+
+
+def test_the_shared_retry_is_what_urllib3_makes_of_no_retries_and_no_redirects():
+    # Upstreams.post hands urllib3 one Retry made at import instead of retries=False, redirect=False,
+    # which urllib3 turns into a new Retry at every call: the two must be the same settings.
+    made = Retry.from_int(False, redirect=False)
+    assert vars(NO_RETRIES) == vars(made)
+    assert NO_RETRIES.total is False and NO_RETRIES.redirect == 0  # no retry, no redirect followed

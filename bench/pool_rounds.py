@@ -15,6 +15,12 @@ can land on either side of a target it is close to. This script reads the JSON s
 - how many rounds met each half of the target, and how many met both;
 - the whole machine's busy cores (its busy CPU per request times the requests a second).
 
+A round is left out, and counted as such, when other work shared the cores during it or during its
+floor: the whole machine's busy CPU per request (from /proc/stat) more than --max-other (a tenth by
+default) above what the measured processes used (the server, PostgreSQL, Redis, the fake upstream
+and wrk). Such a round measures the other work as much as the gateway (request_cpu.py logs both
+figures for the same reason).
+
 Runs are told apart by file; a target is matched by its label across files, so runs of the same
 sources pool together. The intervals say how far more runs like these could move the medians; they
 say nothing about a machine that runs faster or slower than it did in the runs given.
@@ -43,19 +49,30 @@ class PairedRound:
     cores_busy: float
 
 
-def paired_rounds(run: str, rows: list[dict]) -> list[PairedRound]:
-    """Every gateway round of one run beside the floor of its backend and round number."""
+def other_work(row: dict) -> float:
+    """How much more of the machine was busy than the measured processes used, as a share of what they used."""
+    cpu = row["cpu_ms"]
+    measured = row["machine_ms"] + cpu.get("upstream", 0.0) + cpu.get("wrk", 0.0)
+    return cpu.get("machine busy", measured) / measured - 1 if measured else 0.0
+
+
+def paired_rounds(run: str, rows: list[dict], *, max_other: float) -> tuple[list[PairedRound], dict]:
+    """Every gateway round of one run beside the floor of its backend and round number, and how many
+    rounds of each (backend, target) were left out for other work on the machine."""
     floors = {(row["backend"], row["round"]): row for row in rows if row["target"] == "floor"}
-    paired = []
+    paired, left_out = [], {}
     for row in rows:
         floor = floors.get((row["backend"], row["round"]))
         if row["target"] == "floor" or floor is None:
+            continue
+        if max(other_work(row), other_work(floor)) > max_other:
+            left_out[(row["backend"], row["target"])] = left_out.get((row["backend"], row["target"]), 0) + 1
             continue
         paired.append(PairedRound(run=run, backend=row["backend"], target=row["target"],
                                   cpu_ratio=row["machine_ms"] / floor["machine_ms"],
                                   rps_ratio=row["rps"] / floor["rps"],
                                   cores_busy=row["cpu_ms"].get("machine busy", 0.0) * row["rps"] / 1000))
-    return paired
+    return paired, left_out
 
 
 def bootstrap_interval(by_run: dict[str, list[float]], *, resamples: int, rng: random.Random,
@@ -73,7 +90,7 @@ def bootstrap_interval(by_run: dict[str, list[float]], *, resamples: int, rng: r
     return medians[int(tail * (resamples - 1))], medians[int((1 - tail) * (resamples - 1))]
 
 
-def pool(paired: list[PairedRound], *, resamples: int, seed: int) -> list[dict]:
+def pool(paired: list[PairedRound], *, resamples: int, seed: int, left_out: dict | None = None) -> list[dict]:
     """Per (backend, target): the pooled medians, their intervals and the rounds at target."""
     groups: dict[tuple[str, str], list[PairedRound]] = {}
     for entry in paired:
@@ -90,6 +107,7 @@ def pool(paired: list[PairedRound], *, resamples: int, seed: int) -> list[dict]:
         rps_ok = [entry.rps_ratio >= TARGET_RPS_RATIO for entry in rounds]
         summary.append({
             "backend": backend, "target": target, "runs": len(cpu_by_run), "rounds": len(rounds),
+            "left_out": (left_out or {}).get((backend, target), 0),
             "cpu_ratio": statistics.median(entry.cpu_ratio for entry in rounds),
             "cpu_interval": bootstrap_interval(cpu_by_run, resamples=resamples, rng=rng),
             "rps_ratio": statistics.median(entry.rps_ratio for entry in rounds),
@@ -104,8 +122,8 @@ def pool(paired: list[PairedRound], *, resamples: int, seed: int) -> list[dict]:
 
 def table(summary: list[dict]) -> str:
     lines = ["| backend | served | runs | rounds | × floor CPU (90 % interval) | of floor req/s (90 % interval) "
-             "| rounds at target (CPU; req/s; both) | cores busy | each run's medians |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+             "| rounds at target (CPU; req/s; both) | left out | cores busy | each run's medians |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for entry in summary:
         cpu_low, cpu_high = entry["cpu_interval"]
         rps_low, rps_high = entry["rps_interval"]
@@ -113,7 +131,7 @@ def table(summary: list[dict]) -> str:
         lines.append(f"| {entry['backend']} | {entry['target']} | {entry['runs']} | {entry['rounds']} "
                      f"| {entry['cpu_ratio']:.2f} ({cpu_low:.2f}–{cpu_high:.2f}) "
                      f"| {entry['rps_ratio']:.2f} ({rps_low:.2f}–{rps_high:.2f}) "
-                     f"| {'; '.join(str(n) for n in entry['at_target'])} of {entry['rounds']} "
+                     f"| {'; '.join(str(n) for n in entry['at_target'])} of {entry['rounds']} | {entry['left_out']} "
                      f"| {entry['cores_busy']:.2f} | {runs} |")
     return "\n".join(lines)
 
@@ -123,17 +141,22 @@ def main() -> None:
     parser.add_argument("runs", nargs="+", type=Path, help="JSON files written by request_cpu.py --out")
     parser.add_argument("--resamples", type=int, default=4000)
     parser.add_argument("--seed", type=int, default=27)
+    parser.add_argument("--max-other", type=float, default=0.10,
+                        help="leave out a round whose machine was this much busier than the measured processes")
     args = parser.parse_args()
-    paired = []
+    paired, left_out = [], {}
     for path in args.runs:
         rows = json.loads(path.read_text())["runs"]
-        paired.extend(paired_rounds(str(path), rows))
+        kept, dropped = paired_rounds(str(path), rows, max_other=args.max_other)
+        paired.extend(kept)
+        for group, count in dropped.items():
+            left_out[group] = left_out.get(group, 0) + count
     if not paired:
         raise SystemExit("no gateway round beside a floor in the files given")
     print(f"pool_rounds.py: {len(args.runs)} run(s), target ≤ {TARGET_CPU_RATIO}× the floor's CPU and "
-          f"≥ {TARGET_RPS_RATIO} of its req/s")
+          f"≥ {TARGET_RPS_RATIO} of its req/s; rounds with other work above {args.max_other:.0%} left out")
     print()
-    print(table(pool(paired, resamples=args.resamples, seed=args.seed)))
+    print(table(pool(paired, resamples=args.resamples, seed=args.seed, left_out=left_out)))
 
 
 if __name__ == "__main__":

@@ -41,6 +41,10 @@ unless a `,ACCESS_LOG=` names one (the summary line is the access line). `,BENCH
 the bench's own: that gateway reaches the private PostgreSQL and Redis through their Unix sockets,
 as docs/operations.md recommends for servers on the gateway's machine (127.0.0.1 otherwise).
 
+With --out, every round's figures are written as JSON; bench/pool_rounds.py reads several such runs
+and gives the target's two ratios over all their rounds, with intervals (one run's median of a few
+rounds moves by several per cent between runs on a shared machine).
+
 Needs wrk, nginx, redis-server and the PostgreSQL server binaries (initdb, pg_ctl).
 """
 from __future__ import annotations

@@ -152,11 +152,16 @@ def main() -> None:
         for group, count in dropped.items():
             left_out[group] = left_out.get(group, 0) + count
     if not paired:
-        raise SystemExit("no gateway round beside a floor in the files given")
+        raise SystemExit(f"no gateway round beside a floor in the files given ({sum(left_out.values())} left out "
+                         f"for other work on the machine)")
     print(f"pool_rounds.py: {len(args.runs)} run(s), target ≤ {TARGET_CPU_RATIO}× the floor's CPU and "
           f"≥ {TARGET_RPS_RATIO} of its req/s; rounds with other work above {args.max_other:.0%} left out")
     print()
     print(table(pool(paired, resamples=args.resamples, seed=args.seed, left_out=left_out)))
+    kept = {(entry.backend, entry.target) for entry in paired}
+    for (backend, target), count in sorted(left_out.items()):
+        if (backend, target) not in kept:
+            print(f"\n{backend} {target}: all {count} round(s) left out for other work on the machine")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import json
 import random
 import statistics
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,17 +57,17 @@ def other_work(row: dict) -> float:
     return cpu.get("machine busy", measured) / measured - 1 if measured else 0.0
 
 
-def paired_rounds(run: str, rows: list[dict], *, max_other: float) -> tuple[list[PairedRound], dict]:
+def paired_rounds(run: str, rows: list[dict], *, max_other: float) -> tuple[list[PairedRound], Counter]:
     """Every gateway round of one run beside the floor of its backend and round number, and how many
     rounds of each (backend, target) were left out for other work on the machine."""
     floors = {(row["backend"], row["round"]): row for row in rows if row["target"] == "floor"}
-    paired, left_out = [], {}
+    paired, left_out = [], Counter()
     for row in rows:
         floor = floors.get((row["backend"], row["round"]))
         if row["target"] == "floor" or floor is None:
             continue
         if max(other_work(row), other_work(floor)) > max_other:
-            left_out[(row["backend"], row["target"])] = left_out.get((row["backend"], row["target"]), 0) + 1
+            left_out[(row["backend"], row["target"])] += 1
             continue
         paired.append(PairedRound(run=run, backend=row["backend"], target=row["target"],
                                   cpu_ratio=row["machine_ms"] / floor["machine_ms"],
@@ -90,7 +91,7 @@ def bootstrap_interval(by_run: dict[str, list[float]], *, resamples: int, rng: r
     return medians[int(tail * (resamples - 1))], medians[int((1 - tail) * (resamples - 1))]
 
 
-def pool(paired: list[PairedRound], *, resamples: int, seed: int, left_out: dict | None = None) -> list[dict]:
+def pool(paired: list[PairedRound], *, resamples: int, seed: int, left_out: Counter) -> list[dict]:
     """Per (backend, target): the pooled medians, their intervals and the rounds at target."""
     groups: dict[tuple[str, str], list[PairedRound]] = {}
     for entry in paired:
@@ -107,7 +108,7 @@ def pool(paired: list[PairedRound], *, resamples: int, seed: int, left_out: dict
         rps_ok = [entry.rps_ratio >= TARGET_RPS_RATIO for entry in rounds]
         summary.append({
             "backend": backend, "target": target, "runs": len(cpu_by_run), "rounds": len(rounds),
-            "left_out": (left_out or {}).get((backend, target), 0),
+            "left_out": left_out[(backend, target)],
             "cpu_ratio": statistics.median(entry.cpu_ratio for entry in rounds),
             "cpu_interval": bootstrap_interval(cpu_by_run, resamples=resamples, rng=rng),
             "rps_ratio": statistics.median(entry.rps_ratio for entry in rounds),
@@ -144,13 +145,12 @@ def main() -> None:
     parser.add_argument("--max-other", type=float, default=0.10,
                         help="leave out a round whose machine was this much busier than the measured processes")
     args = parser.parse_args()
-    paired, left_out = [], {}
+    paired, left_out = [], Counter()
     for path in args.runs:
         rows = json.loads(path.read_text())["runs"]
         kept, dropped = paired_rounds(str(path), rows, max_other=args.max_other)
         paired.extend(kept)
-        for group, count in dropped.items():
-            left_out[group] = left_out.get(group, 0) + count
+        left_out.update(dropped)
     if not paired:
         raise SystemExit(f"no gateway round beside a floor in the files given ({sum(left_out.values())} left out "
                          f"for other work on the machine)")

@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from keys import auth_cache
 from keys.models import ApiKey
 from utils_app import windows
-from tests.gateway.conftest import LOCAL_BODIES, _database_url, assert_error, post
+from tests.gateway.conftest import LOCAL_BODIES, _database_url, assert_error, away_from_minute_edge, post
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAT = LOCAL_BODIES["chat"]
@@ -93,6 +93,8 @@ def test_without_an_answer_from_the_shared_cache_a_row_older_than_its_seconds_is
 @pytest.mark.django_db(transaction=True)
 def test_changes_made_in_another_process_apply_at_the_keys_next_request_here(client, seeded, make_key, clock):
     limited, limited_secret = make_key(credits=100, max_credits=100, rpm=1000)
+    # The other process takes seconds: the requests it lowers the rpm below must share its minute window.
+    away_from_minute_edge(limited, margin=15.0)
     revoked, revoked_secret = make_key(credits=100, max_credits=100, rpm=1000)
     secrets = (limited_secret, revoked_secret)
     # The first key's row was read before any version was known, the second's after its script.

@@ -23,3 +23,23 @@ def test_every_variable_an_example_uses_is_set_before_it():
             used = set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", command))
             assert used <= assigned, f"{sorted(used - assigned)} used before it is set: {line}"
             assigned |= set(re.findall(r"(?:^|\s)([A-Za-z_][A-Za-z0-9_]*)=", command))
+
+
+def client_rows():
+    section = README.split("## Clients\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1:-1] for line in section.splitlines() if line.startswith("| `")]
+    return [[cell.strip() for cell in row] for row in rows]
+
+
+def test_every_client_the_readme_names_is_pinned_at_its_version_and_driven_by_the_test_it_names():
+    root = Path(__file__).resolve().parents[1]
+    pins = dict(line.split("==") for line in (root / "requirements.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    rows = client_rows()
+    assert rows
+    for client, version, _how, _proves, tests in rows:
+        package = re.match(r"`([^`]+)`", client).group(1)
+        assert pins[package] == version, f"{package}: README says {version}, requirements.txt pins {pins[package]}"
+        for path in re.findall(r"`([^`]+\.py)`", tests):
+            source = (root / path).read_text()
+            assert re.search(rf"^\s*(import|from) {package}\b", source, flags=re.M), f"{path} does not use {package}"

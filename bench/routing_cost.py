@@ -164,7 +164,7 @@ def routing_steps(model_id: str, rounds: int = 20000) -> dict:
     model = catalog.get_model(model_id)
     read = routing.HealthRead(model)
     # What the round trip answers for a healthy pool: no cooldowns, and recent figures for latency routing.
-    answers = [["1200", "100"] if op.kind == "hmget" else None for op in read.reads]
+    answers = [["1200", "100"] if op.kind == "hmget" else None for op in read.ops]
     health = read.health(answers)
     deployment = routing.Attempts(model, health).next()
 

@@ -20,10 +20,10 @@ it within a request:
 
 A request reads what its choice needs in the round trip its limits already make
 (``HealthRead``). A success writes nothing then: its figures wait in this process and
-ride in the next request's round trip (``pending_writes``), or the upkeep thread's. A
-failure writes at once, in a round trip of its own: only the failure path pays it. A
-deployment whose secret the upstream refuses is disabled in the database, with every
-other deployment of that provider and secret.
+ride in the next request's round trip, ahead of its reads (``pending_writes``), or the
+upkeep thread's. A failure writes at once, in a round trip of its own: only the failure
+path pays it. A deployment whose secret the upstream refuses is disabled in the database,
+with every other deployment of that provider and secret.
 """
 import logging
 import math
@@ -89,17 +89,19 @@ class Health:
 
 
 class HealthRead:
-    """The ops a request adds to its limits' round trip: its model's health, and this process's pending writes."""
+    """The ops a request adds to its limits' round trip: this process's pending writes, then its model's health.
+    The writes go first, so the choice already counts this process's last successes."""
 
     def __init__(self, model: AiModel | None):
         self.model = model
         self.reads = _reads(model) if model is not None else []
-        self.ops = self.reads + pending_writes()
+        self.writes = pending_writes()
+        self.ops = self.writes + self.reads
 
     def health(self, answers: list | None) -> Health:
         if self.model is None or answers is None:  # the shared cache is down: every deployment looks healthy
             return Health()
-        return _health(self.model, answers[:len(self.reads)])
+        return _health(self.model, answers[len(self.writes):len(self.writes) + len(self.reads)])
 
 
 def _reads(model: AiModel) -> list[shared.Op]:
@@ -169,9 +171,10 @@ def _fastest(group: list[Deployment], health: Health, rng) -> Deployment:
     unmeasured = [deployment for deployment in group if deployment.pk not in health.latency]
     if unmeasured:  # measure before comparing: a new or recovered deployment gets its turn
         return rng.choice(unmeasured)
+    fastest = min(group, key=lambda deployment: health.latency[deployment.pk])
     if len(group) > 1 and rng.random() < EXPLORE:
-        return rng.choice(group)
-    return min(group, key=lambda deployment: health.latency[deployment.pk])
+        return rng.choice([deployment for deployment in group if deployment is not fastest])
+    return fastest
 
 
 class Attempts:

@@ -39,7 +39,7 @@ def get(name: str) -> Op:
 
 def hmget(name: str, *fields: str) -> Op:
     """The values of a hash's fields (str or None each)."""
-    return Op("hmget", name, fields)
+    return Op("hmget", name, (fields,))  # args holds the tuple of fields, as the runners read it
 
 
 def hgetall(name: str) -> Op:

@@ -9,6 +9,7 @@ in process: what the shared round trip costs a worker per request.
 import http.client
 import json
 import os
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 import redis
 
 from gateway import routing
+from models_catalog import catalog
 from models_catalog.models import AiModel, Deployment
 from tests.gateway.conftest import (
     UPSTREAM_KEY_ENV,
@@ -211,6 +213,36 @@ def test_the_embedded_default_shares_health_across_its_threads(served_secret, up
         with ThreadPoolExecutor(4) as pool:
             assert list(pool.map(chat, range(8))) == ["backup"] * 8
         assert len(upstream.posts()) == failed
+
+
+# ---------------------------------------------------------------- latency routing, measured across the fleet
+
+@pytest.mark.parametrize("served", [pytest.param("two workers on Redis", marks=pytest.mark.redis),
+                                    "the embedded default"])
+def test_latency_routing_sends_most_requests_to_the_faster_deployment_once_both_are_measured(
+        served, served_secret, upstream, backup_upstream, tmp_path):
+    model = AiModel.objects.create(model_id="pooled", type="chat", owned_by="test", cost=1, tiers=["free"],
+                                   routing="latency")
+    upstream.json("/chat/completions", chat_completion("from fast"))
+    backup_upstream.json("/chat/completions", chat_completion("from slow"), delay=0.25)
+    for name, server in (("fast", upstream), ("slow", backup_upstream)):
+        Deployment.objects.create(model=model, provider=add_provider(name, server.base_url),
+                                  secret_env=UPSTREAM_KEY_ENV)
+    if served == "the embedded default":
+        env, workers = {"REDIS_URL": "", "GUNICORN_WORKER_CLASS": "gthread"}, 1
+    else:
+        env, workers = {}, 2
+    with gunicorn(tmp_path / "server", workers=workers, env={"PROBE_SECONDS": "0", **env}) as base:
+        clients = one_client_per_worker(base, served_secret, workers=workers)
+        # Each worker's figures reach the shared cache with its next request: ten measure both.
+        measuring = Counter(clients[turn % workers].chat() for turn in range(10))
+        assert measuring["fast"] and measuring["slow"], measuring
+        if workers > 1:  # the fleet's figures, as this process reads them from the same Redis
+            latency = routing.read_health(catalog.get_model("pooled")).latency
+            assert len(latency) == 2 and max(latency.values()) >= 250, latency
+        served_by = Counter(clients[turn % workers].chat() for turn in range(80))
+    # At least four in five (one in ten explores the slow one; a random choice would give half).
+    assert served_by["fast"] >= 64, served_by
 
 
 # ---------------------------------------------------------------- what the shared round trip costs a worker

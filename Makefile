@@ -10,18 +10,25 @@ STAMP := $(VENV)/.installed
 BIND ?= 127.0.0.1:8000
 export BIND
 
+# pip is quiet (its output shows only on an error), so each step says first what it is about to do: on a
+# fresh machine the install is most of the first run's wait (docs/operations.md, "Start-up times").
 $(STAMP): requirements.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	@test -x $(PY) || { echo "creating the virtualenv $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
+	@echo "updating pip in $(VENV)"
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	@echo "installing requirements.txt into $(VENV) (the first time: about a minute or two; later runs skip this)"
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@echo "requirements installed"
 	touch $(STAMP)
 
 setup: $(STAMP)
 
 migrate: setup
+	@echo "bringing the database up to date (manage.py migrate)"
 	$(PY) manage.py migrate --noinput
 
 seed: migrate
+	@echo "loading the model catalog (manage.py seed_models)"
 	$(PY) manage.py seed_models
 
 # The same demo key on every run while it exists and is active; its secret is kept in the data dir.

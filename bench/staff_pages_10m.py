@@ -77,7 +77,7 @@ def measure(runs: int) -> list[tuple[str, int, float, float, int]]:
     client.force_login(user)
     busiest = (KeyDailyUsage.objects.values("key_id").annotate(n=Sum("requests")).order_by("-n")[0]["key_id"])
     key = ApiKey.objects.get(pk=busiest)
-    chat = AiModel.objects.get(model_id="gpt-4o-mini")
+    chat = AiModel.objects.get(model_id="gpt-5-mini")
     pages = [
         ("admin index", "/admin/"),
         ("dashboard, 30 days", "/admin/models_catalog/usageevent/dashboard/"),

@@ -15,7 +15,7 @@ from utils_app.errors import parse_json_object
 from utils_app.serializers import StrictCharField, StrictSerializer, optional
 from utils_app.schema import error_responses
 
-STATES = ("healthy", "cooling", "disabled")
+STATES = ("healthy", "cooling", "disabled", "not_configured")
 
 DEPLOYMENT_ID = OpenApiParameter("id", OpenApiTypes.INT, OpenApiParameter.PATH,
                                  description="The deployment's id, as GET /admin/deployments lists it.")

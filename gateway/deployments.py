@@ -110,9 +110,10 @@ def disable(*, deployment: Deployment, reason: str | None, actor: str) -> Row:
 
 def enable(*, deployment: Deployment, actor: str) -> Row:
     """Put the deployment back in rotation now: enabled, and its cooldown and failure count forgotten.
-    A healthy deployment is left as it is, with no audit entry."""
+    A healthy deployment, or one merely not configured here (nothing to enable: its secret is missing), is left
+    as it is, with no audit entry."""
     before = row(deployment)
-    if before.health.state == "healthy":
+    if before.health.state in ("healthy", "not_configured"):
         return before
     with transaction.atomic():
         routing.enable(deployment)

@@ -332,7 +332,7 @@ def _bucket_value(bucket: int) -> float:
 
 @dataclass(frozen=True)
 class DeploymentState:
-    state: str  # healthy | cooling | disabled
+    state: str  # healthy | cooling | disabled | not_configured
     cooldown_until: float | None  # epoch seconds
     requests: int
     failures: int
@@ -359,6 +359,9 @@ def states(deployments: list[Deployment]) -> dict[int, DeploymentState]:
         until = float(cool) if cool else None
         if deployment.disabled or off:
             state = "disabled"
+        elif not deployment.provider.secret_configured(deployment.secret_env):
+            # Its secret's variable is not set on this server: every call through it fails before it is sent.
+            state = "not_configured"
         elif until is not None and until > now:
             state = "cooling"
         else:

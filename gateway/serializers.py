@@ -198,12 +198,45 @@ class Tool(serializers.Serializer):
         return data
 
 
-@extend_schema_field({"oneOf": [{"type": "string", "enum": ["none", "auto", "required"]}, {"type": "object"}]})
+_NAMED = {"type": "object", "required": ["name"], "properties": {"name": {"type": "string", "minLength": 1}}}
+
+
+@extend_schema_field({"oneOf": [
+    {"type": "string", "enum": ["none", "auto", "required"]},
+    {"type": "object", "required": ["type", "function"],
+     "properties": {"type": {"enum": ["function"]}, "function": _NAMED}},
+    {"type": "object", "required": ["type", "custom"], "properties": {"type": {"enum": ["custom"]}, "custom": _NAMED}},
+    {"type": "object", "required": ["type", "allowed_tools"], "properties": {
+        "type": {"enum": ["allowed_tools"]},
+        "allowed_tools": {"type": "object", "required": ["mode", "tools"], "properties": {
+            "mode": {"enum": ["auto", "required"]}, "tools": {"type": "array", "items": {"type": "object"}}}}}},
+]})
 class ToolChoice(serializers.Field):
+    """OpenAI's tool_choice: a word, or an object forcing one function or custom tool, or narrowing the
+    tools the model may call (allowed_tools). Whether a named tool is among the request's is the
+    deployment's to judge (the upstream's, or local-chat's)."""
+
     def to_internal_value(self, data):
-        if data in ("none", "auto", "required") or isinstance(data, dict):
+        if data in ("none", "auto", "required"):
             return data
-        fail("Must be 'none', 'auto', 'required' or an object naming a tool.")
+        if not isinstance(data, dict):
+            fail("Must be 'none', 'auto', 'required' or an object naming a tool.")
+        kind = data.get("type")
+        if kind in ("function", "custom"):
+            named = data.get(kind)
+            if not isinstance(named, dict) or not isinstance(named.get("name"), str) or not named["name"]:
+                raise ValidationError({kind: {"name": [ErrorDetail("Must be a non-empty string.", code="required")]}})
+        elif kind == "allowed_tools":
+            allowed = data.get("allowed_tools")
+            if not isinstance(allowed, dict) or allowed.get("mode") not in ("auto", "required") \
+                    or not isinstance(allowed.get("tools"), list) \
+                    or not all(isinstance(tool, dict) for tool in allowed["tools"]):
+                raise ValidationError({"allowed_tools": [ErrorDetail(
+                    "Must be an object with mode 'auto' or 'required' and a list of tool objects.", code="invalid")]})
+        else:
+            raise ValidationError({"type": [ErrorDetail("Must be 'function', 'custom' or 'allowed_tools'.",
+                                                        code="required" if kind is None else "invalid")]})
+        return data
 
     def to_representation(self, value):
         return value
@@ -231,14 +264,28 @@ class LogitBias(serializers.Field):
         return value
 
 
-@extend_schema_field({"type": "object", "required": ["type"], "properties": {"type": {"type": "string"}}})
+RESPONSE_FORMATS = ("text", "json_object", "json_schema")
+
+
+@extend_schema_field({"type": "object", "required": ["type"], "oneOf": [
+    {"properties": {"type": {"enum": ["text", "json_object"]}}},
+    {"required": ["json_schema"], "properties": {"type": {"enum": ["json_schema"]}, "json_schema": {
+        "type": "object", "properties": {"name": {"type": "string"}, "schema": {"type": "object", "nullable": True},
+                                         "strict": {"type": "boolean", "nullable": True}}}}},
+]})
 class ResponseFormat(StrictJsonObjectField):
-    """An object with a string ``type`` (text, json_object, json_schema…), passed on whole."""
+    """OpenAI's ``type`` (text, json_object, or json_schema with its ``json_schema`` object), passed on whole."""
 
     def to_internal_value(self, data):
         data = super().to_internal_value(data)
-        if not isinstance(data.get("type"), str):
-            raise ValidationError({"type": [ErrorDetail("A string type is required.", code="required")]})
+        if data.get("type") is None:
+            raise ValidationError({"type": [ErrorDetail("A type is required.", code="required")]})
+        if data["type"] not in RESPONSE_FORMATS:
+            raise ValidationError({"type": [ErrorDetail(f"Must be one of {', '.join(RESPONSE_FORMATS)}.",
+                                                        code="invalid")]})
+        if data["type"] == "json_schema" and not isinstance(data.get("json_schema"), dict):
+            raise ValidationError({"json_schema": [ErrorDetail("An object with the schema is required.",
+                                                               code="required")]})
         return data
 
 

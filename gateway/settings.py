@@ -15,6 +15,7 @@ from utils_app.env import (
     env_rate,
     env_str,
     env_url,
+    keep_sqlite_private,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -125,6 +126,8 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": database_from_url(env_str("DATABASE_URL"), data_dir=DATA_DIR)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    keep_sqlite_private(Path(DATABASES["default"]["NAME"]))  # its owner's alone, as the secret key
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 CACHES = {"default": cache_from_url(env_str("REDIS_URL"))}
@@ -335,7 +338,7 @@ UPSTREAM_POOL_SIZE = upstream_pool_size()
 MAX_UPSTREAM_ATTEMPTS = env_int("MAX_UPSTREAM_ATTEMPTS", 3, minimum=1, maximum=20)
 PROBE_SECONDS = env_int("PROBE_SECONDS", 300, minimum=0)
 # Environment variables a provider may name as its secret, besides any GATEWAY_UPSTREAM_* name.
-UPSTREAM_SECRET_ENV_ALLOW = env_names("UPSTREAM_SECRET_ENV_ALLOW", "OPENAI_API_KEY")
+UPSTREAM_SECRET_ENV_ALLOW = env_names("UPSTREAM_SECRET_ENV_ALLOW", "OPENAI_API_KEY,ANTHROPIC_API_KEY,GEMINI_API_KEY")
 
 # ---- Operability (docs/operations.md): Prometheus metrics at /metrics, request ids, structured logs.
 # /metrics answers only the METRICS_TOKEN bearer token or a client address in METRICS_ALLOW; with

@@ -4,7 +4,9 @@ from django.urls import include, path
 
 from gateway.deployment_views import DeploymentListView, DisableDeploymentView, EnableDeploymentView
 from gateway.metrics import metrics_view
-from gateway.site import LandingView
+from gateway.site import LandingView, favicon
+from keys.auth import name_sent_key
+from utils_app import errors
 
 urlpatterns = [
     # The metered operations first: resolving the request path's own URLs tries no other app's patterns.
@@ -25,11 +27,19 @@ urlpatterns = [
     path("", include("community.urls")),
     # The landing page reads the catalog and the key tiers, so it lives up here (gateway/site.py).
     path("", LandingView.as_view(), name="landing"),
+    path("favicon.ico", favicon, {"kind": "ico"}, name="favicon"),
+    path("favicon.svg", favicon, {"kind": "svg"}, name="favicon-svg"),
     path("", include("utils_app.urls")),
     path("metrics", metrics_view, name="metrics"),  # off (404) unless METRICS_TOKEN or METRICS_ALLOW is set
 ]
 
 handler400 = "utils_app.errors.handler400"
 handler403 = "utils_app.errors.handler403"
-handler404 = "utils_app.errors.handler404"
 handler500 = "utils_app.errors.handler500"
+
+
+def handler404(request, exception=None):
+    """A path the service does not have: the JSON 404 of every unknown path, and the key the request sent
+    named on its summary line (keys.auth.name_sent_key says what that may cost)."""
+    name_sent_key(request)
+    return errors.handler404(request, exception)

@@ -3,10 +3,11 @@
 The rules live in gateway.serializers (what a valid request is) and
 gateway.services (the metering pipeline); these views only translate.
 """
+from django.conf import settings
 from django.http import FileResponse, HttpResponse, StreamingHttpResponse
 from django.utils.cache import patch_vary_headers
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view, inline_serializer
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view, inline_serializer
 from rest_framework import serializers as drf_serializers
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
@@ -26,6 +27,13 @@ METERED_HEADERS = ("Every answer also carries X-Remaining-Credits and X-RateLimi
                    "X-RateLimit-Remaining-Requests, X-RateLimit-Reset-Requests (the minute window).")
 
 
+def body_example(**body) -> list[OpenApiExample]:
+    """An operation's request example. Its model is one of the shipped catalog's local models of the
+    operation's type, which every server has: a model of another type would be refused (model_type_mismatch)
+    and a paid one answers 502 until its secret is set (tests/gateway/test_schema.py holds them to it)."""
+    return [OpenApiExample("A local model", request_only=True, value=body)]
+
+
 class JsonNegotiation(BaseContentNegotiation):
     """JSON whatever the Accept header says.
 
@@ -42,7 +50,13 @@ class JsonNegotiation(BaseContentNegotiation):
 
 
 def wants_raw_audio(accept: str) -> bool:
-    """Whether the Accept header prefers audio bytes (audio/*, octet-stream) over JSON, by q-value."""
+    """Whether a speech answer is the audio itself: yes unless the Accept header names application/json
+    with a q-value above 0 and no lower than that of any audio type it names (audio/*, octet-stream).
+
+    A client that names no type (no Accept, or ``*/*`` as curl sends) gets the bytes, as OpenAI answers
+    and as ``curl --output speech.mp3`` expects; the JSON with the stored file's URL is for a client
+    that asks for JSON.
+    """
     raw_q = json_q = 0.0
     for part in accept.split(","):
         media_type, *params = (piece.strip() for piece in part.split(";"))
@@ -59,7 +73,7 @@ def wants_raw_audio(accept: str) -> bool:
             raw_q = max(raw_q, quality)
         elif media_type == "application/json":
             json_q = max(json_q, quality)
-    return raw_q > json_q
+    return not (json_q > 0 and json_q >= raw_q)
 
 
 def respond(outcome: services.Outcome):
@@ -152,6 +166,7 @@ class MeteredView(KeyLimitedView):
     description="Costs the model's `cost`. With `stream: true` the answer is `text/event-stream`: "
                 "`data: {chunk}` events then `data: [DONE]`. " + METERED_HEADERS,
     request=serializers.ChatCompletionRequest,
+    examples=body_example(model="local-chat", messages=[{"role": "user", "content": "Hello!"}]),
     responses={(200, "application/json"): serializers.ChatCompletion,
                (200, "text/event-stream"): OpenApiTypes.STR, **ERRORS},
 ))
@@ -175,6 +190,64 @@ ANTHROPIC_ERRORS = {status: OpenApiResponse(AnthropicErrorBody, description=f"An
                                                                            f"{messages.error_type(status)}")
                     for status in (400, 401, 402, 403, 404, 405, 409, 413, 422, 429, 500, 502, 503, 504)}
 
+# Anthropic's request body as gateway.messages.chat_params reads it: the members it requires, with their
+# types; the translated request is then held to ChatCompletionRequest's ranges. An optional member sent as
+# null counts as left out. A member it does not know goes on to an anthropic deployment as it is (and is
+# refused by any other), so a Messages body stays open; count_tokens refuses unknown members, so its body
+# is closed.
+ANTHROPIC_MESSAGE = {
+    "type": "object", "required": ["role", "content"],
+    "properties": {
+        "role": {"type": "string", "enum": ["user", "assistant"]},
+        "content": {"oneOf": [
+            {"type": "string"},
+            {"type": "array", "minItems": 1, "description": "Content blocks: text, image, document and "
+                                                             "tool_result in user turns, text and tool_use in "
+                                                             "assistant turns.",
+             "items": {"type": "object", "required": ["type"], "properties": {"type": {"type": "string"}}}}]},
+    },
+}
+ANTHROPIC_COMMON = {
+    "model": {"type": "string", "minLength": 1, "maxLength": serializers.MODEL_ID_MAX, "pattern": "^[^\\u0000]+$",
+              "description": "A chat model's id (GET /v1/models)."},
+    "messages": {"type": "array", "minItems": 1, "maxItems": settings.MAX_CHAT_MESSAGES, "items": ANTHROPIC_MESSAGE},
+    "system": {"nullable": True, "oneOf": [
+        {"type": "string"},
+        {"type": "array", "items": {"type": "object", "required": ["type", "text"],
+                                    "properties": {"type": {"type": "string", "enum": ["text"]},
+                                                   "text": {"type": "string"}}}}]},
+    "tools": {"type": "array", "nullable": True, "description": "Client tools: name, description, input_schema.",
+              "items": {"type": "object", "required": ["name", "input_schema"]}},
+    "tool_choice": {"type": "object", "nullable": True, "required": ["type"],
+                    "properties": {"type": {"type": "string", "enum": ["auto", "any", "tool", "none"]},
+                                   "name": {"type": "string", "minLength": 1,
+                                            "description": "The tool to call (with type tool)."},
+                                   "disable_parallel_tool_use": {"type": "boolean"}}},
+    "thinking": {"type": "object", "nullable": True},
+}
+MESSAGES_REQUEST = {
+    "type": "object", "required": ["model", "messages", "max_tokens"],
+    "description": "Anthropic's Messages request. Members not listed reach the model's anthropic deployments as "
+                   "they are; any other deployment refuses them with unknown_parameter.",
+    "properties": {
+        **ANTHROPIC_COMMON,
+        "max_tokens": {"type": "integer", "minimum": 1},
+        "stream": {"type": "boolean", "nullable": True},
+        "temperature": {"type": "number", "nullable": True, "minimum": 0, "maximum": 2},
+        "top_p": {"type": "number", "nullable": True, "minimum": 0, "maximum": 1},
+        "stop_sequences": {"type": "array", "nullable": True, "items": {"type": "string"}},
+        "metadata": {"type": "object", "nullable": True,
+                     "description": "A string user_id is passed on as the request's user."},
+    },
+}
+COUNT_TOKENS_REQUEST = {
+    "type": "object", "required": ["model", "messages"], "additionalProperties": False,
+    "description": "Anthropic's count_tokens request: a Messages request without max_tokens and the generation "
+                   "members.",
+    "properties": ANTHROPIC_COMMON,
+}
+HELLO = [{"role": "user", "content": "Hello!"}]
+
 
 @extend_schema_view(post=extend_schema(
     operation_id="create_message", tags=["models"],
@@ -184,7 +257,8 @@ ANTHROPIC_ERRORS = {status: OpenApiResponse(AnthropicErrorBody, description=f"An
                 "a chat completion (costs the model's `cost`). With `stream: true` the answer is Anthropic's "
                 "event stream (`message_start` … `message_stop`). Errors are "
                 "`{\"type\": \"error\", \"error\": {\"type\", \"message\"}}`. " + METERED_HEADERS,
-    request=OpenApiTypes.OBJECT,
+    request={"application/json": MESSAGES_REQUEST},
+    examples=body_example(model="local-chat", max_tokens=256, messages=HELLO),
     responses={(200, "application/json"): OpenApiTypes.OBJECT, (200, "text/event-stream"): OpenApiTypes.STR,
                **ANTHROPIC_ERRORS},
 ))
@@ -211,8 +285,12 @@ class MessagesView(MeteredView):
     operation_id="count_message_tokens", tags=["models"], summary="Anthropic Messages API: count input tokens",
     description="`{\"input_tokens\": N}` from the gateway's own estimate of the request's input; free of "
                 "charge, but the key must be valid and allowed the model, and the request counts against its "
-                "rpm and rph.",
-    request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT, **ANTHROPIC_ERRORS},
+                "rpm and rph. A body larger than the service's COUNT_TOKENS_MAX_BYTES (2 MiB unless set) is a "
+                "413 `request_too_large`.",
+    request={"application/json": COUNT_TOKENS_REQUEST}, examples=body_example(model="local-chat", messages=HELLO),
+    # Free: never 402, and so no Idempotency-Key (409, 422) either.
+    responses={200: OpenApiTypes.OBJECT,
+               **{status: answer for status, answer in ANTHROPIC_ERRORS.items() if status not in (402, 409, 422)}},
 ))
 class CountTokensView(KeyLimitedView):
     """Free of charge, but a request like any other to the key's rpm and rph (no charge, no ledger row)."""
@@ -231,6 +309,7 @@ class CountTokensView(KeyLimitedView):
     description="Costs the model's `cost` times `n`. `url` results are stored by the service and "
                 "served from /media/. " + METERED_HEADERS,
     request=serializers.ImageGenerationRequest,
+    examples=body_example(model="local-image", prompt="A lighthouse at dusk", size="256x256"),
     responses={200: serializers.ImageGenerationResult, **ERRORS},
 ))
 class ImageGenerationsView(MeteredView):
@@ -242,11 +321,15 @@ class ImageGenerationsView(MeteredView):
 
 @extend_schema_view(post=extend_schema(
     operation_id="create_speech", tags=["models"], summary="Speech synthesis",
-    description="JSON with `audio_url` by default; the raw audio bytes when `Accept` prefers "
-                "`audio/*` or `application/octet-stream` (as the OpenAI SDK sends). " + METERED_HEADERS,
+    description="The raw audio bytes with their real content type by default; JSON with `audio_url` (the "
+                "file kept in media storage) when `Accept` names `application/json` and prefers it to "
+                "`audio/*` and `application/octet-stream`. The local model writes WAV for every format but "
+                "`pcm` (`audio/wav`). " + METERED_HEADERS,
     request=serializers.SpeechRequest,
-    responses={(200, "application/json"): serializers.SpeechResult,
+    examples=body_example(model="local-speech", input="Hello from the gateway.", voice="alloy"),
+    responses={(200, "audio/*"): OpenApiResponse(OpenApiTypes.BINARY, description="Audio"),
                (200, "application/octet-stream"): OpenApiResponse(OpenApiTypes.BINARY, description="Audio"),
+               (200, "application/json"): serializers.SpeechResult,
                **ERRORS},
 ))
 class SpeechView(MeteredView):
@@ -267,6 +350,7 @@ class SpeechView(MeteredView):
     description="`embedding` is one vector for a string input and a list of vectors for an array; "
                 "`data`, `model` and `usage` follow OpenAI's shape. " + METERED_HEADERS,
     request=serializers.EmbeddingsRequest,
+    examples=body_example(model="local-embedding", input="Hello from the gateway."),
     responses={200: serializers.EmbeddingsResult, **ERRORS},
 ))
 class EmbeddingsView(MeteredView):

@@ -56,7 +56,32 @@ class Application:
 
     def __call__(self, environ, start_response):
         handler = self.api if environ.get("PATH_INFO", "").startswith(self.prefixes) else self.site
-        return handler(environ, start_response)
+        response = handler(environ, start_response)
+        if environ.get("REQUEST_METHOD") == "HEAD":
+            return _NoBody(response)
+        return response
+
+
+class _NoBody:
+    """The answer to a HEAD request: the headers the GET would get (its Content-Length included), no body.
+
+    Django renders the GET's body for HEAD and leaves dropping it to the server; gunicorn drops it
+    with a warning for each request (RFC 9110: a HEAD answer has no body), so a HEAD health check
+    would fill the log. Here, the one place every answer passes, the body is never handed to the
+    server. Closing it still runs what closing the response runs (the request's end, a stream's
+    settlement, a served file's close).
+    """
+
+    def __init__(self, response):
+        self._response = response
+
+    def __iter__(self):
+        return iter(())
+
+    def close(self) -> None:
+        close = getattr(self._response, "close", None)
+        if close is not None:
+            close()
 
 
 django.setup(set_prefix=False)

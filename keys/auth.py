@@ -1,4 +1,5 @@
 """Bearer-key authentication for DRF views (the key also as x-api-key, for Anthropic's clients)."""
+from django.db import DatabaseError
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 
@@ -6,7 +7,8 @@ from keys import auth_cache
 from keys.limits import KeyRequestLimits
 from keys.models import SECRET_PREFIX, ApiKey, digest_secret
 from utils_app import limits
-from utils_app.errors import AuthenticationError
+from utils_app import logging as request_log
+from utils_app.errors import AuthenticationError, RateLimited
 
 
 def _bearer_secret(request) -> str | None:
@@ -71,6 +73,37 @@ class BearerKeyAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request):
         return 'Bearer realm="api"'
+
+
+def name_sent_key(request) -> None:
+    """Name the key a request sent on its summary line, where no view authenticated it: a 404 for a path
+    the service does not have (the client's typo is easier to find by its key).
+
+    Only a key that authenticates (known and active) is named, and finding it costs what a request's
+    bearer authentication costs at most: nothing without a key (anonymous 404s stay free), nothing for a
+    row this process read lately (the cache a metered request trusts), else one indexed read. An unknown
+    key counts as a failed authentication of the client's address, and an address over that limit gets
+    no lookup, so random keys on unknown paths cannot buy reads. The answer stays the 404 whatever
+    happens here (a refusal, the database unavailable): the line then says ``key=-``.
+    """
+    try:
+        secret = _request_secret(request)
+    except AuthenticationError:
+        return
+    if secret is None or not secret.startswith(SECRET_PREFIX) or len(secret) > 200:
+        return
+    digest = digest_secret(secret)
+    try:
+        if limits.guessing_addresses() and not auth_cache.is_cached(digest):
+            limits.refuse_known_guesser(request)
+        key = auth_cache.key_with_digest(digest, within=auth_cache.longest_seconds())
+        if key is None:
+            limits.count_failed_authentication(request)
+    except (RateLimited, DatabaseError):
+        return
+    line = request_log.current()
+    if key is not None and key.is_active and line is not None:
+        line.key = key.prefix
 
 
 class HasApiKey(BasePermission):

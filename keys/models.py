@@ -8,6 +8,18 @@ from utils_app.errors import InvalidRequest
 
 TIERS = ("free", "augmented", "premium", "cool", "partner", "limited", "exclusive", "special")
 TIER_CHOICES = [(tier, tier) for tier in TIERS]
+# Whom each tier is meant for, as the landing page explains it. What a tier may call is each model's
+# access list in the catalog, not this text: the page counts that beside it.
+TIER_DESCRIPTIONS = {
+    "free": "The tier a new key gets, for anyone who was handed one.",
+    "augmented": "A free key raised a step, for regular users; the demo key of make run is one.",
+    "premium": "Paying customers.",
+    "cool": "Community members the operator singles out.",
+    "partner": "Keys of partner services and integrations.",
+    "limited": "A key on a short leash: shared, public or under watch.",
+    "exclusive": "Invited keys.",
+    "special": "The operator's own keys and one-off arrangements.",
+}
 
 # The rules of a key's configuration live here and nowhere else: the ranges below, the tiers
 # above, credits <= maxCredits and the owner columns' lengths (ApiKey.check_rules). Every door

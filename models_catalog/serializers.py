@@ -48,6 +48,13 @@ class IsoDateTime(serializers.DateTimeField):
         return value.isoformat()
 
 
+class UnixTime(serializers.IntegerField):
+    """A moment as whole seconds since the Unix epoch, as OpenAI's bodies give their ``created``."""
+
+    def to_representation(self, value):
+        return int(value.timestamp())
+
+
 def _leading(fields: dict, *names: str) -> dict:
     """``fields`` with ``names`` first: a subclass's own members lead its body, before the inherited ones."""
     return {**{name: fields.pop(name) for name in names}, **fields}
@@ -83,6 +90,7 @@ class ModelEntry(serializers.Serializer):
     # Renders an AiModel.
     id = serializers.CharField(source="model_id")
     object = FixedText("model", help_text='Always "model".')
+    created = UnixTime(source="created_at", help_text="When the model was added to the catalog, as a Unix timestamp.")
     type = serializers.ChoiceField(choices=["chat", "image", "speech", "embedding"])
     owned_by = serializers.CharField()
     cost = serializers.IntegerField(help_text="Credits per request (images: per image).")

@@ -235,6 +235,31 @@ def _sqlite(path: Path) -> dict:
     }
 
 
+def keep_sqlite_private(path: Path) -> None:
+    """The SQLite database file, and its -wal and -shm files, readable and writable by their owner alone.
+
+    The database holds staff password hashes, sessions and the keys' digests, as private as the
+    secret key beside it. SQLite creates its file under the process's umask (readable by everyone on
+    most systems) and gives each -wal and -shm file it creates the database file's mode, so the file
+    is created here, empty (an empty file is an empty database), before a first connection would
+    create it; a database an earlier run left readable by others is narrowed, -wal and -shm with it.
+    A file this process may not change (another owner's) is left as it is.
+    """
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
+    except OSError:  # no such folder: the first connection says so, naming the path
+        return
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            mode = file.stat().st_mode & 0o777
+            if mode & 0o077:
+                file.chmod(mode & 0o700)
+        except OSError:  # not there (no -wal between runs), or not ours to change
+            continue
+
+
 def _redis_driver_info():
     """What each new Redis connection tells the server about its client, worked out once.
 

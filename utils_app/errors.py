@@ -11,8 +11,9 @@ import re
 
 from django import db
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpResponse
 from rest_framework import exceptions as drf
+from rest_framework.renderers import JSONRenderer
 
 from utils_app import logging as request_log
 
@@ -348,9 +349,13 @@ def exception_handler(exc, context):
     return error_response(as_gateway_error(exc))
 
 
-def json_error(exc: GatewayError) -> JsonResponse:
-    """The same body for plain Django views (handler404 and the like)."""
-    response = JsonResponse(exc.body(), status=exc.status)
+_JSON = JSONRenderer()
+
+
+def json_error(exc: GatewayError) -> HttpResponse:
+    """The same body for plain Django views (handler404 and the like), byte for byte as an API view's
+    error renders (DRF's JSON renderer: no spaces, UTF-8 as it is)."""
+    response = HttpResponse(_JSON.render(exc.body()), content_type="application/json", status=exc.status)
     for name, value in exc.headers.items():
         response[name] = value
     return response

@@ -36,11 +36,20 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.fields import SkipField, empty, get_error_detail
 from rest_framework.utils.serializer_helpers import BindingDict
 
-try:
-    from hiredis import pack_command as _pack_command
-    from redis.connection import HiredisRespSerializer
-except ImportError:  # redis-py without hiredis packs in Python
-    _pack_command = HiredisRespSerializer = None
+# hiredis's packer for the round trips (``_packed``), loaded with the process's first Redis client: a
+# process without Redis (a command on the embedded default) never imports redis-py, which costs a
+# command's start-up a tenth of a second or more (docs/operations.md).
+_pack_command = HiredisRespSerializer = None
+
+
+def _load_hiredis() -> None:
+    global _pack_command, HiredisRespSerializer
+    try:
+        from hiredis import pack_command
+        from redis.connection import HiredisRespSerializer as serializer
+    except ImportError:  # redis-py without hiredis packs in Python
+        return
+    _pack_command, HiredisRespSerializer = pack_command, serializer
 
 
 def _build_fields(serializer) -> BindingDict:
@@ -309,6 +318,7 @@ class _Shared:
     """Django's cache client for the servers, its redis.Redis for writes, and the round trips' idle connections."""
 
     def __init__(self, client, redis_client):
+        _load_hiredis()
         self.client = client
         self.redis = redis_client
         self.idle: list = []

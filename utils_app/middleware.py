@@ -51,8 +51,9 @@ class RequestIdMiddleware:
         line.operation = (match.url_name if match else None) or "other"
         line.client = client_address(request)
         if is_api_path(request):
-            # Set by bearer authentication; on these paths nothing else sets request.user.
-            line.key = getattr(vars(request).get("user"), "prefix", "") or ""
+            # Set by bearer authentication; on these paths nothing else sets request.user. A 404 for a
+            # path without a view names the key on the line itself (gateway.urls.handler404).
+            line.key = getattr(vars(request).get("user"), "prefix", "") or line.key
         metrics.response_ready(operation=line.operation, seconds=time.perf_counter() - line.started,
                                upstream_seconds=line.upstream_seconds)
         if _relayed(response):

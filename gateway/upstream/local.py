@@ -1,10 +1,15 @@
 """The in-process development models (gateway.local_models) behind the adapter protocol.
 
+Chat: OpenAI's ``tools``, ``tool_choice`` and ``response_format`` are read here into what
+``local_models.chat_answer`` decides on; a request the model cannot make sense of (a forced tool
+that is not among the tools, an unknown format) is a 400 naming the member, as OpenAI answers it.
+
 Speech: the local model writes WAV or raw PCM only. ``pcm`` gets raw 16-bit 24 kHz
 samples; every other format (mp3, opus, aac, flac, wav) gets a WAV file with an honest
 ``audio/wav`` content type rather than mislabelled bytes.
 """
 import base64
+import json
 import struct
 import time
 import uuid
@@ -16,6 +21,7 @@ from gateway.upstream import register
 from gateway.upstream.shapes import Audio, ChunkStream, Image, prompt_text
 from gateway.upstream.transport import Deadline
 from models_catalog.models import Deployment
+from utils_app.errors import InvalidRequest
 
 
 def _completion_id() -> str:
@@ -27,6 +33,102 @@ def _chat_usage(prompt_tokens: int, completion_tokens: int) -> dict:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
+def _function_tools(tools) -> list[tuple[str, dict]]:
+    """(name, parameters schema) of each function tool; tools of other types are not called by local-chat."""
+    found = []
+    for index, tool in enumerate(tools or ()):
+        function = tool.get("function") if isinstance(tool, dict) and tool.get("type") == "function" else None
+        if not isinstance(function, dict):
+            continue
+        parameters = function.get("parameters", {})
+        if not isinstance(parameters, (dict, bool)):
+            raise InvalidRequest(f"tools.{index}.function.parameters must be a JSON schema object.",
+                                 param=f"tools.{index}.function.parameters")
+        found.append((function["name"], parameters))
+    return found
+
+
+def _named_tools(tools: list[tuple[str, dict]], names, where: str) -> list[tuple[str, dict]]:
+    known = dict(tools)
+    for name in names:
+        if name not in known:
+            raise InvalidRequest(f"{where} names the function {name!r}, which is not among the function tools "
+                                 f"of the request.", param=where)
+    return [(name, known[name]) for name in dict.fromkeys(names)]
+
+
+def _tool_choice(choice, tools: list[tuple[str, dict]]) -> tuple[str, list[tuple[str, dict]]]:
+    """OpenAI's tool_choice as (call, tools): "none", "auto" or "required", and the tools it may call."""
+    if choice is None:
+        return "auto", tools
+    if choice in ("none", "auto", "required"):
+        # "required" with no function tool has nothing to call: answered in prose, as "none" would be.
+        return (choice if tools else "none"), tools
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    if kind == "function" and isinstance(choice.get("function"), dict) \
+            and isinstance(choice["function"].get("name"), str):
+        return "required", _named_tools(tools, [choice["function"]["name"]], "tool_choice")
+    allowed = choice.get("allowed_tools") if kind == "allowed_tools" else None
+    if isinstance(allowed, dict) and allowed.get("mode") in ("auto", "required") \
+            and isinstance(allowed.get("tools"), list):
+        names = [tool.get("function", {}).get("name") for tool in allowed["tools"]
+                 if isinstance(tool, dict) and isinstance(tool.get("function"), dict)]
+        allowed_tools = _named_tools(tools, names, "tool_choice.allowed_tools")
+        if allowed["mode"] == "required" and not allowed_tools:
+            raise InvalidRequest("tool_choice.allowed_tools needs at least one function tool.", param="tool_choice")
+        return allowed["mode"], allowed_tools
+    raise InvalidRequest("tool_choice must be 'none', 'auto', 'required', {\"type\": \"function\", \"function\": "
+                         "{\"name\": …}} or {\"type\": \"allowed_tools\", …} for this model.", param="tool_choice")
+
+
+def _answer_schema(response_format) -> tuple[dict | bool | None, bool]:
+    """OpenAI's response_format as (the JSON schema the answer follows, strict); None for prose."""
+    kind = (response_format or {}).get("type", "text")
+    if kind == "text":
+        return None, False
+    if kind == "json_object":
+        return local_models.JSON_OBJECT_SCHEMA, False
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        if not isinstance(spec, dict):
+            raise InvalidRequest("response_format.json_schema must be an object with a JSON schema in 'schema'.",
+                                 param="response_format.json_schema")
+        if not isinstance(spec.get("schema", {}), (dict, bool)):
+            raise InvalidRequest("response_format.json_schema.schema must be a JSON schema object.",
+                                 param="response_format.json_schema.schema")
+        return spec.get("schema", {}), spec.get("strict") is True
+    raise InvalidRequest("response_format.type must be 'text', 'json_object' or 'json_schema' for this model.",
+                         param="response_format.type")
+
+
+def _answer(payload: dict) -> local_models.ChatAnswer:
+    call, tools = _tool_choice(payload.get("tool_choice"), _function_tools(payload.get("tools")))
+    schema, strict = _answer_schema(payload.get("response_format"))
+    return local_models.chat_answer(payload["messages"], tools=tools, call=call, schema=schema, strict=strict)
+
+
+def _prompt_tokens(payload: dict) -> int:
+    """The conversation's tokens and the tools' (as the gateway's own count_tokens estimate counts them)."""
+    tools = payload.get("tools")
+    return local_models.count_tokens(prompt_text(payload["messages"])) + (
+        local_models.count_tokens(json.dumps(tools)) if tools else 0)
+
+
+def _completion_tokens(answer: local_models.ChatAnswer) -> int:
+    call = answer.tool_call
+    return local_models.count_tokens(f"{call.name} {call.arguments}" if call else answer.text)
+
+
+def _message(answer: local_models.ChatAnswer) -> tuple[dict, str]:
+    """The assistant message of an answer and its finish reason."""
+    call = answer.tool_call
+    if call is None:
+        return {"role": "assistant", "content": answer.text, "refusal": None}, "stop"
+    return {"role": "assistant", "content": None, "refusal": None, "tool_calls": [
+        {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}]}, \
+        "tool_calls"
+
+
 @register("local")
 class LocalAdapter:
     def __init__(self, deployment: Deployment, deadline: Deadline):
@@ -34,22 +136,20 @@ class LocalAdapter:
         self.upstream_model = deployment.upstream_name
 
     def chat(self, payload: dict) -> dict:
-        messages = payload["messages"]
-        reply = local_models.chat_reply(messages)
-        prompt_tokens = local_models.count_tokens(prompt_text(messages))
-        completion_tokens = local_models.count_tokens(reply)
-        choices = [{"index": index, "message": {"role": "assistant", "content": reply, "refusal": None},
-                    "logprobs": None, "finish_reason": "stop"} for index in range(payload.get("n", 1))]
+        answer = _answer(payload)
+        message, finish_reason = _message(answer)
+        choices = [{"index": index, "message": message, "logprobs": None, "finish_reason": finish_reason}
+                   for index in range(payload.get("n", 1))]
         return {"id": _completion_id(), "object": "chat.completion", "created": int(time.time()),
                 "model": self.upstream_model, "choices": choices, "system_fingerprint": None,
-                "usage": _chat_usage(prompt_tokens, completion_tokens * len(choices))}
+                "usage": _chat_usage(_prompt_tokens(payload), _completion_tokens(answer) * len(choices))}
 
     def chat_stream(self, payload: dict) -> ChunkStream:
-        return ChunkStream(self._chunks(payload), lambda: None)
+        # Decided before the stream is made: a request it refuses is an ordinary 400, not a broken stream.
+        return ChunkStream(self._chunks(payload, _answer(payload)), lambda: None)
 
-    def _chunks(self, payload: dict) -> Iterator[dict]:
-        messages = payload["messages"]
-        reply = local_models.chat_reply(messages)
+    def _chunks(self, payload: dict, answer: local_models.ChatAnswer) -> Iterator[dict]:
+        call = answer.tool_call
         choices = payload.get("n", 1)
         head = {"id": _completion_id(), "object": "chat.completion.chunk", "created": int(time.time()),
                 "model": self.upstream_model, "system_fingerprint": None}
@@ -59,13 +159,20 @@ class LocalAdapter:
                                          "finish_reason": finish_reason}]}
 
         for index in range(choices):
-            yield chunk(index, {"role": "assistant", "content": ""})
-            for piece in local_models.chat_pieces(reply):
-                yield chunk(index, {"content": piece})
-            yield chunk(index, {}, "stop")
+            if call is None:
+                yield chunk(index, {"role": "assistant", "content": ""})
+                for piece in local_models.chat_pieces(answer.text):
+                    yield chunk(index, {"content": piece})
+                yield chunk(index, {}, "stop")
+                continue
+            # As OpenAI streams a call: the id and name first, then the arguments in pieces.
+            yield chunk(index, {"role": "assistant", "content": None, "tool_calls": [
+                {"index": 0, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}]})
+            for piece in local_models.chat_pieces(call.arguments):
+                yield chunk(index, {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
+            yield chunk(index, {}, "tool_calls")
         if (payload.get("stream_options") or {}).get("include_usage"):
-            usage = _chat_usage(local_models.count_tokens(prompt_text(messages)),
-                                local_models.count_tokens(reply) * choices)
+            usage = _chat_usage(_prompt_tokens(payload), _completion_tokens(answer) * choices)
             yield {**head, "choices": [], "usage": usage}
 
     def images(self, payload: dict) -> list[Image]:

@@ -269,7 +269,7 @@ def test_openai_without_credentials_fails_fast_without_a_network_call(client, se
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     key, secret = free_key
     with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
-        response = post(client, PATH, {"model": "gpt-4o-mini", "messages": HELLO}, secret)
+        response = post(client, PATH, {"model": "gpt-5-mini", "messages": HELLO}, secret)
         assert len(mock.calls) == 0
     error = assert_error(response, 502, "upstream_unavailable", "upstream_error")
     assert "OPENAI_API_KEY is not set" in error["message"]

@@ -165,6 +165,14 @@ def test_the_last_hour_counts_requests_and_failures_with_the_median_latency(clie
     assert served and all(0 <= item["last_hour"]["p50_ms"] < 3000 for item in served)
 
 
+def test_a_deployment_whose_secret_is_not_set_here_is_not_configured(client, pool, admin_key, monkeypatch):
+    monkeypatch.delenv("GATEWAY_UPSTREAM_POOL_TWO")
+    _, secret = admin_key
+    items = {item["secret_env"]: item for item in get(client, LIST + "?model=pooled", secret).json()["deployments"]}
+    assert items["GATEWAY_UPSTREAM_POOL_TWO"]["state"] == "not_configured"
+    assert items["GATEWAY_UPSTREAM_POOL_ONE"]["state"] == items["GATEWAY_UPSTREAM_POOL_B"]["state"] == "healthy"
+
+
 def test_a_cooling_deployment_says_until_when(client, pool, admin_key):
     one = deployment_of("pooled", "a", "GATEWAY_UPSTREAM_POOL_ONE")
     routing.cool_down(Deployment.objects.select_related("model", "provider").get(pk=one.pk), 30, why="a test")

@@ -172,9 +172,9 @@ def test_without_a_shared_cache_nothing_is_read_along(settings):
 @pytest.mark.django_db
 def test_a_refusal_right_after_a_refunded_failure_reports_the_refunded_balance(client, seeded, make_key,
                                                                               monkeypatch):
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # gpt-4o-mini's provider cannot be called: a 502
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # gpt-5-mini's provider cannot be called: a 502
     key, secret = make_key(credits=10, max_credits=10)
-    failed = post(client, "/v1/chat/completions", {**CHAT[1], "model": "gpt-4o-mini"}, secret)
+    failed = post(client, "/v1/chat/completions", {**CHAT[1], "model": "gpt-5-mini"}, secret)
     assert_error(failed, 502, "upstream_unavailable", "upstream_error")
     assert failed["X-Remaining-Credits"] == "10"
     # Within the key cache's second: the balance comes from the cached row, which the refund updated.

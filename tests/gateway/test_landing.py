@@ -1,12 +1,16 @@
 import html
 import re
+import struct
 
 import pytest
 
-from keys.models import TIERS
+from keys.models import TIER_DESCRIPTIONS, TIERS
 from models_catalog.models import AiModel
 
 pytestmark = pytest.mark.django_db
+
+# The shipped catalog's providers' secrets: OpenAI's, Anthropic's and Gemini's.
+UPSTREAM_SECRETS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY")
 
 
 def rows_of(page: str) -> dict:
@@ -52,12 +56,14 @@ def test_the_examples_are_built_from_the_real_base_url(client, seeded):
 
 def test_models_whose_provider_has_no_secret_here_are_marked_and_the_examples_avoid_them(client, seeded,
                                                                                            monkeypatch):
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    for variable in UPSTREAM_SECRETS:
+        monkeypatch.delenv(variable, raising=False)
     page = client.get("/").content.decode()
     rows = rows_of(page)
+    assert {model.owned_by for model in AiModel.objects.all()} == {"openai", "anthropic", "google", "local"}
     for model in AiModel.objects.all():
         marked = rows[model.model_id][0].endswith("not configured here")
-        assert marked == (model.owned_by == "openai"), model.model_id
+        assert marked == (model.owned_by != "local"), model.model_id
     assert rows["local-chat"][0] == "local-chat"
     assert "calling it fails (502) until the operator sets it" in " ".join(page.split())
     # Both examples name a chat model that answers on this server, and that a free key may call.
@@ -68,11 +74,12 @@ def test_models_whose_provider_has_no_secret_here_are_marked_and_the_examples_av
 
 def test_with_the_secret_set_nothing_is_marked_and_the_cheapest_free_chat_model_is_the_example(client, seeded,
                                                                                                monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-upstream-secret")
+    for variable in UPSTREAM_SECRETS:
+        monkeypatch.setenv(variable, "sk-upstream-secret")
     page = client.get("/").content.decode()
     assert "not configured" not in page
     assert "sk-upstream-secret" not in page
-    assert examples_of(page) == {"gpt-4o-mini"}
+    assert examples_of(page) == {"gpt-5-mini"}
 
 
 def test_a_configured_public_base_url_wins(client, seeded, settings):
@@ -89,10 +96,10 @@ def test_the_page_links_to_the_docs(client, seeded):
 
 
 def test_disabled_models_are_not_shown(client, seeded):
-    AiModel.objects.filter(model_id="gpt-4.1").update(enabled=False)
+    AiModel.objects.filter(model_id="gpt-5").update(enabled=False)
     from models_catalog import catalog
     catalog.invalidate()
-    assert "gpt-4.1" not in rows_of(client.get("/").content.decode())
+    assert "gpt-5" not in rows_of(client.get("/").content.decode())
 
 
 def test_an_empty_catalog_says_how_to_load_one(client, db):
@@ -125,3 +132,43 @@ def test_options_on_the_landing_page_answers_with_its_allowed_methods(client, se
     response = client.options("/")
     assert response.status_code == 200
     assert "GET" in response["Allow"]
+
+
+def test_every_tier_is_explained_with_how_many_models_it_may_call(client, seeded):
+    page = client.get("/").content.decode()
+    assert list(TIER_DESCRIPTIONS) == list(TIERS)
+    for tier in TIERS:
+        note = re.search(rf'<div data-tier="{tier}"><dt>{tier}</dt>\s*<dd>(.*?)</dd>', page, flags=re.S)
+        assert note, tier
+        text = " ".join(html.unescape(re.sub(r"<[^>]+>", "", note.group(1))).split())
+        open_to = sum(model.allows_tier(tier) for model in seeded.models.values())
+        assert text == f"{TIER_DESCRIPTIONS[tier]} {open_to} of {len(seeded.models)} models here."
+
+
+def test_the_page_shows_the_anthropic_endpoint_and_puts_the_community_extras_last_and_labelled(client, seeded):
+    page = client.get("/").content.decode()
+    calling = page[page.index('id="calling"'):page.index('id="keyless"')]
+    assert "/v1/messages" in calling and '"max_tokens": 256' in calling and "x-api-key" in calling
+    keyless = page[page.index('id="keyless"'):]
+    extras = keyless.index('id="community"')
+    assert keyless.index("/v1/models") < extras and keyless.index("/utils/facts") < extras
+    for path in ("/v1/community/guilds", "/v1/community/invites", "/v1/neko"):
+        assert keyless.index(path) > extras, path
+    assert "Community extras" in keyless and "502" in keyless[extras:]
+
+
+@pytest.mark.parametrize("path, content_type", [("/favicon.ico", "image/x-icon"), ("/favicon.svg", "image/svg+xml")])
+def test_the_favicon_is_served(client, path, content_type):
+    response = client.get(path)
+    assert response.status_code == 200 and response["Content-Type"] == content_type
+    assert "max-age" in response["Cache-Control"]
+    if path.endswith(".ico"):
+        # One 32x32 image, a PNG, as the ICO directory says.
+        reserved, kind, count, width, height = struct.unpack("<HHHBB", response.content[:8])
+        assert (reserved, kind, count, width, height) == (0, 1, 1, 32, 32)
+        size, offset = struct.unpack("<II", response.content[14:22])
+        assert response.content[offset:offset + 8] == b"\x89PNG\r\n\x1a\n" and offset + size == len(response.content)
+    else:
+        assert response.content.startswith(b"<svg")
+    assert client.post(path).status_code == 405
+    assert '<link rel="icon" href="/favicon.svg"' in client.get("/").content.decode()

@@ -25,9 +25,10 @@ def wav_info(content: bytes) -> tuple[int, int, int]:
 
 # ---------------------------------------------------------------- speech
 
-def test_speech_answers_json_with_an_audio_url_by_default(client, seeded, local_key, settings):
+def test_speech_answers_json_with_an_audio_url_to_a_client_that_asks_for_json(client, seeded, local_key, settings):
     key, secret = local_key
-    response = post(client, SPEECH, {"model": "local-speech", "input": "Hello world", "voice": "alloy"}, secret)
+    response = post(client, SPEECH, {"model": "local-speech", "input": "Hello world", "voice": "alloy"}, secret,
+                    HTTP_ACCEPT="application/json")
     assert response.status_code == 200, response.content
     body = response.json()
     assert body["object"] == "audio.speech"
@@ -94,7 +95,8 @@ def test_upstream_speech_bytes_are_relayed_with_their_content_type(client, fake_
                     secret, HTTP_ACCEPT="application/octet-stream")
     assert (response.content, response["Content-Type"]) == (b"ID3-mp3-bytes", "audio/mpeg")
     assert upstream.posts()[0].body == {"model": "up-speech", "input": "Hello", "voice": {"id": "voice_123"}}
-    stored = post(client, SPEECH, {"model": "fake-speech", "input": "Hello", "voice": "alloy"}, secret).json()
+    stored = post(client, SPEECH, {"model": "fake-speech", "input": "Hello", "voice": "alloy"}, secret,
+                  HTTP_ACCEPT="application/json").json()
     assert stored["audio_url"].endswith(".mp3")
     assert client.get(urlsplit(stored["audio_url"]).path)["Content-Type"] == "audio/mpeg"
 

@@ -19,6 +19,8 @@ from models_catalog.models import AiModel, Deployment, Provider
 ROOT = Path(__file__).resolve().parents[2]
 BAD = {"MAX_REQUEST_BYTES": "abc"}
 LINE = "MAX_REQUEST_BYTES must be an integer, got 'abc'"
+# The shipped catalog's providers' secrets: OpenAI's, Anthropic's and Gemini's.
+UPSTREAM_SECRETS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY")
 
 
 def started(command: list[str], tmp_path: Path, **env) -> subprocess.CompletedProcess:
@@ -67,21 +69,30 @@ def warnings_at_load(caplog) -> list[str]:
 
 @pytest.mark.django_db
 def test_loading_the_application_warns_once_for_each_provider_it_cannot_call(seeded, monkeypatch, caplog):
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    for variable in UPSTREAM_SECRETS:
+        monkeypatch.delenv(variable, raising=False)
     # A provider without a secret that no enabled model uses breaks nothing: no warning.
     Provider.objects.create(name="spare", base_url="https://spare.example/v1", api_key_env="GATEWAY_UPSTREAM_SPARE")
-    assert warnings_at_load(caplog) == [
+    assert sorted(warnings_at_load(caplog)) == [
+        "provider anthropic is not configured: ANTHROPIC_API_KEY is not set, so its deployments of 2 model(s) cannot "
+        "be called (claude-haiku-4-5, claude-sonnet-4-5); a model with no other deployment answers 502 "
+        "upstream_unavailable",
+        "provider gemini is not configured: GEMINI_API_KEY is not set, so its deployments of 3 model(s) cannot be "
+        "called (gemini-2.5-flash, gemini-2.5-pro, gemini-embedding-001); a model with no other deployment answers "
+        "502 upstream_unavailable",
         "provider openai is not configured: OPENAI_API_KEY is not set, so its deployments of 6 model(s) cannot be "
-        "called (dall-e-3, gpt-4.1, gpt-4o, gpt-4o-mini, text-embedding-3-small, tts-1); a model with no other "
-        "deployment answers 502 upstream_unavailable"]
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-upstream")
+        "called (gpt-4.1-mini, gpt-4o-mini-tts, gpt-5, gpt-5-mini, gpt-image-1, text-embedding-3-small); a model "
+        "with no other deployment answers 502 upstream_unavailable"]
+    for variable in UPSTREAM_SECRETS:
+        monkeypatch.setenv(variable, "sk-upstream")
     assert warnings_at_load(caplog) == []
-    assert Provider.objects.count() == 3
+    assert Provider.objects.count() == 5
 
 
 @pytest.mark.django_db
 def test_a_provider_with_several_secrets_is_named_with_the_ones_it_lacks(seeded, monkeypatch, caplog):
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-upstream")
+    for variable in UPSTREAM_SECRETS:
+        monkeypatch.setenv(variable, "sk-upstream")
     monkeypatch.setenv("GATEWAY_UPSTREAM_A", "sk-a")
     monkeypatch.delenv("GATEWAY_UPSTREAM_B", raising=False)
     pooled = Provider.objects.create(name="pooled", base_url="https://pooled.example/v1",
@@ -105,7 +116,8 @@ def test_a_database_not_yet_reachable_does_not_stop_the_worker(seeded, caplog, m
 
 
 def test_a_gunicorn_worker_warns_once_it_has_started_and_a_command_does_not(tmp_path):
-    env = {"DATABASE_URL": "", "REDIS_URL": "", "OPENAI_API_KEY": "", "BIND": f"127.0.0.1:{free_port()}"}
+    env = {"DATABASE_URL": "", "REDIS_URL": "", "BIND": f"127.0.0.1:{free_port()}",
+           "OPENAI_API_KEY": "", "ANTHROPIC_API_KEY": "", "GEMINI_API_KEY": ""}
     for command in (["migrate", "-v0"], ["seed_models"]):
         assert started([sys.executable, "manage.py", *command], tmp_path, **env).returncode == 0
     command = started([sys.executable, "manage.py", "check"], tmp_path, **env)
@@ -127,4 +139,40 @@ def test_a_gunicorn_worker_warns_once_it_has_started_and_a_command_does_not(tmp_
         server.terminate()
         server.wait(timeout=20)
     warnings = [line for line in log_path.read_text().splitlines() if "is not configured" in line]
-    assert len(warnings) == 1 and "provider openai is not configured: OPENAI_API_KEY is not set" in warnings[0]
+    # One warning for each provider of the shipped catalog, whose secrets are all unset here.
+    assert len(warnings) == 3
+    for provider, variable in (("anthropic", "ANTHROPIC_API_KEY"), ("gemini", "GEMINI_API_KEY"),
+                               ("openai", "OPENAI_API_KEY")):
+        assert sum(f"provider {provider} is not configured: {variable} is not set" in line for line in warnings) == 1
+
+
+# Runs manage.py with its arguments, then writes the names of every module it imported to the file named first.
+LIST_MODULES = ("import atexit, runpy, sys; out = sys.argv.pop(1); "
+                "atexit.register(lambda: open(out, 'w').write('\\n'.join(sorted(sys.modules)))); "
+                "sys.argv[0] = 'manage.py'; runpy.run_path('manage.py', run_name='__main__')")
+
+
+def imported_by(command: list[str], tmp_path: Path) -> set[str]:
+    """The modules a manage.py command imports (on the embedded default: SQLite, no Redis)."""
+    listed = tmp_path / "modules.txt"
+    done = started([sys.executable, "-c", LIST_MODULES, str(listed), *command], tmp_path, DATABASE_URL="",
+                   REDIS_URL="")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return set(listed.read_text().split())
+
+
+def test_the_projects_commands_skip_the_urlconfs_checks_and_redis_without_redis(tmp_path):
+    from django.core.management import get_commands, load_command_class
+
+    ours = {name: app for name, app in get_commands().items() if app.split(".")[0] in
+            ("gateway", "keys", "models_catalog", "community", "utils_app")}
+    assert {"seed_models", "demo_key", "probe_deployments", "issue_key"} <= set(ours)
+    for name, app in ours.items():
+        assert load_command_class(app, name).requires_system_checks == [], name
+    assert started([sys.executable, "manage.py", "migrate", "-v0"], tmp_path, DATABASE_URL="").returncode == 0
+    # What `make run` runs after migrate: neither imports the URLconf (the checks) nor redis-py (no Redis here).
+    for command in (["seed_models"], ["demo_key"]):
+        modules = imported_by(command, tmp_path)
+        assert "keys.models" in modules, command  # the list is read right
+        assert "gateway.urls" not in modules and "redis" not in modules, command
+    assert "gateway.urls" in imported_by(["check"], tmp_path)  # the checks still run on demand

@@ -1,5 +1,6 @@
 """`make run`'s demo key: issued once and printed again on every run, never issued for a server that cannot start."""
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -73,3 +74,15 @@ def test_make_run_with_its_address_taken_sets_up_and_issues_nothing(tmp_path):
     assert done.returncode != 0
     assert f"{address} is in use (is the gateway already running?)" in done.stdout
     assert list(tmp_path.iterdir()) == []  # no database migrated, no demo key issued or kept
+
+
+def test_the_demo_key_may_call_every_local_model_and_the_readme_names_its_tier(data_dir, seeded):
+    # The demo is for trying every operation without upstream credentials: a tier that may not call
+    # local-image or local-speech would answer 403 to half of them.
+    demo_key()
+    tier = ApiKey.objects.get().tier
+    local = [model for model in seeded.models.values() if model.model_id.startswith("local-")]
+    assert {model.type for model in local} == {"chat", "image", "speech", "embedding"}
+    assert [model.model_id for model in local if not model.allows_tier(tier)] == []
+    readme = (ROOT / "README.md").read_text()
+    assert re.findall(r"demo key \(tier (\w+)", readme) == [tier]

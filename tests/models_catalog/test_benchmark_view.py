@@ -50,13 +50,14 @@ def test_the_benchmark_reports_latency_percentiles_and_success_rate_of_the_last_
 
 def test_a_model_without_requests_in_the_hour_has_no_figures(client, seeded, free_key):
     key, _ = free_key
-    record(key, "gpt-4o", latency=100, minutes_ago=90)
-    record(key, "tts-1", latency=100, success=False)
+    record(key, "gpt-4.1-mini", latency=100, minutes_ago=90)
+    record(key, "gpt-4o-mini-tts", latency=100, success=False)
     models = by_id(benchmark(client))
-    assert models["gpt-4o"] == {"id": "gpt-4o", "type": "chat", "owned_by": "openai", "requests": 0,
+    assert models["gpt-4.1-mini"] == {"id": "gpt-4.1-mini", "type": "chat", "owned_by": "openai", "requests": 0,
                                 "completedRequests": 0, "failedRequests": 0, "successRate": None,
                                 "latencyMs": {"p50": None, "p95": None}}
-    assert (models["tts-1"]["successRate"], models["tts-1"]["latencyMs"]) == (0.0, {"p50": None, "p95": None})
+    speech = models["gpt-4o-mini-tts"]
+    assert (speech["successRate"], speech["latencyMs"]) == (0.0, {"p50": None, "p95": None})
     assert set(models) == set(AiModel.objects.filter(enabled=True).values_list("model_id", flat=True))
 
 

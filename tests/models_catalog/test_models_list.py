@@ -9,14 +9,14 @@ from django.utils import timezone
 from openai import OpenAI
 
 from keys.models import TIERS
-from models_catalog import usage
+from models_catalog import catalog, usage
 from models_catalog.models import AiModel, UsageEvent
 from tests.conftest import bearer
 from tests.gateway.conftest import away_from_minute_edge
 
 pytestmark = pytest.mark.django_db
 
-ENTRY_MEMBERS = {"id", "object", "type", "owned_by", "cost", "access"}
+ENTRY_MEMBERS = {"id", "object", "created", "type", "owned_by", "cost", "access"}
 ANALYTICS_MEMBERS = {"totalRequests", "completedRequests", "failedRequests", "inputTokens", "outputTokens"}
 
 
@@ -50,7 +50,7 @@ def chat(client, secret, model="local-chat", content="Count me"):
 # ---------------------------------------------------------------- default view
 
 def test_the_default_view_is_the_openai_list_of_enabled_models(client, seeded):
-    disable("gpt-4.1")
+    disable("gpt-5")
     response = client.get("/v1/models")
     assert response.status_code == 200
     body = response.json()
@@ -58,7 +58,7 @@ def test_the_default_view_is_the_openai_list_of_enabled_models(client, seeded):
     assert body["object"] == "list"
     enabled = AiModel.objects.filter(enabled=True)
     assert [entry["id"] for entry in body["data"]] == sorted(m.model_id for m in enabled)
-    assert "gpt-4.1" not in {entry["id"] for entry in body["data"]}
+    assert "gpt-5" not in {entry["id"] for entry in body["data"]}
     for entry in body["data"]:
         model = enabled.get(model_id=entry["id"])
         assert set(entry) == ENTRY_MEMBERS
@@ -69,8 +69,22 @@ def test_the_default_view_is_the_openai_list_of_enabled_models(client, seeded):
         assert entry["access"] == {tier: tier in model.tiers for tier in TIERS}
 
 
+def test_each_entry_is_created_when_its_model_joined_the_catalog_and_keeps_that_time(client, seeded):
+    AiModel.objects.filter(model_id="gpt-4.1-mini").update(created_at=timezone.now() - timedelta(days=400, seconds=0.6))
+    catalog.invalidate()
+    first = {entry["id"]: entry["created"] for entry in client.get("/v1/models").json()["data"]}
+    for model in AiModel.objects.filter(enabled=True):
+        assert first[model.model_id] == int(model.created_at.timestamp())
+    assert first["gpt-4.1-mini"] < first["local-chat"] - 399 * 86400
+    AiModel.objects.filter(model_id="gpt-4.1-mini").update(cost=999)
+    catalog.load_catalog()  # seeding again updates the rows (gpt-4.1-mini's cost back), and keeps when each was added
+    again = {entry["id"]: entry for entry in client.get("/v1/models").json()["data"]}
+    assert again["gpt-4.1-mini"]["cost"] != 999
+    assert {model_id: entry["created"] for model_id, entry in again.items()} == first
+
+
 def test_a_restricted_model_shows_false_for_the_tiers_it_excludes(client, seeded):
-    entry = next(e for e in client.get("/v1/models").json()["data"] if e["id"] == "gpt-4o")
+    entry = next(e for e in client.get("/v1/models").json()["data"] if e["id"] == "gpt-4.1-mini")
     assert entry["access"]["free"] is False and entry["access"]["premium"] is True
 
 
@@ -107,15 +121,19 @@ def test_the_openai_sdk_lists_the_models(seeded, free_key):
     assert ids == sorted(AiModel.objects.filter(enabled=True).values_list("model_id", flat=True))
     local_chat = next(model for model in listed if model.id == "local-chat")
     assert (local_chat.object, local_chat.owned_by) == ("model", "local")
+    # OpenAI's Model has ``created``: the moment the model joined the catalog, in whole seconds.
+    added = AiModel.objects.get(model_id="local-chat").created_at
+    assert local_chat.created == int(added.timestamp()) and isinstance(local_chat.created, int)
 
 
 def test_a_model_is_retrieved_by_id_as_its_entry_in_the_list(client, seeded):
     listed = {entry["id"]: entry for entry in client.get("/v1/models").json()["data"]}
-    for model_id in ("local-chat", "gpt-4o"):
+    for model_id in ("local-chat", "gpt-4.1-mini"):
         response = client.get(f"/v1/models/{model_id}")
         assert response.status_code == 200
         assert response.json() == listed[model_id]
-    assert list(client.get("/v1/models/local-chat").json()) == ["id", "object", "type", "owned_by", "cost", "access"]
+    assert list(client.get("/v1/models/local-chat").json()) == ["id", "object", "created", "type", "owned_by", "cost",
+                                                                 "access"]
 
 
 def test_an_id_with_a_slash_is_retrieved_too(client, seeded):
@@ -127,15 +145,15 @@ def test_an_id_with_a_slash_is_retrieved_too(client, seeded):
     assert response.json()["id"] == "acme/local-chat"
 
 
-@pytest.mark.parametrize("model_id", ["no-such-model", "gpt-4.1"])
+@pytest.mark.parametrize("model_id", ["no-such-model", "gpt-5"])
 def test_an_unknown_or_disabled_model_is_a_404_model_not_found(client, seeded, model_id):
-    disable("gpt-4.1")
+    disable("gpt-5")
     response = client.get(f"/v1/models/{model_id}")
     assert response.status_code == 404
     assert response.json()["error"] == {
         "message": f"The model '{model_id}' does not exist or is not available.",
         "type": "invalid_request_error", "param": "model", "code": "model_not_found"}
-    assert AiModel.objects.filter(model_id="gpt-4.1", enabled=False).exists()
+    assert AiModel.objects.filter(model_id="gpt-5", enabled=False).exists()
 
 
 def test_the_openai_sdk_retrieves_a_model_and_reads_a_404(seeded, free_key):
@@ -219,18 +237,18 @@ def test_analytics_count_completed_and_failed_requests_with_their_tokens(client,
                                        "inputTokens": 25, "outputTokens": 32}
     assert per_model["local-embedding"] == {"totalRequests": 1, "completedRequests": 1, "failedRequests": 0,
                                             "inputTokens": 100, "outputTokens": 0}
-    assert per_model["gpt-4o"]["totalRequests"] == 0
+    assert per_model["gpt-4.1-mini"]["totalRequests"] == 0
     assert global_stats == {"totalRequests": 4, "totalInputTokens": 125, "totalOutputTokens": 32}
     assert global_stats["totalRequests"] == UsageEvent.objects.count()
 
 
 def test_global_stats_keep_the_usage_of_a_model_disabled_since(client, seeded, free_key):
     key, _ = free_key
-    record(key, "gpt-4.1", tokens=(7, 3))
+    record(key, "gpt-5", tokens=(7, 3))
     record(key, "local-chat", tokens=(1, 1))
-    disable("gpt-4.1")
+    disable("gpt-5")
     per_model, global_stats = web_view(client)
-    assert "gpt-4.1" not in per_model
+    assert "gpt-5" not in per_model
     assert global_stats == {"totalRequests": 2, "totalInputTokens": 8, "totalOutputTokens": 4}
 
 
@@ -317,13 +335,13 @@ def test_a_failed_upstream_call_counts_as_failed_and_adds_no_tokens(client, seed
     responses_lib.add(responses_lib.POST, "https://api.openai.com/v1/chat/completions",
                       json={"error": {"message": "overloaded"}}, status=503)
     before, global_before = web_view(client)
-    response = chat(client, secret, model="gpt-4o-mini")
+    response = chat(client, secret, model="gpt-5-mini")
     assert response.status_code == 502, response.content
     after, global_after = web_view(client)
 
-    assert after["gpt-4o-mini"] == {**before["gpt-4o-mini"],
-                                    "totalRequests": before["gpt-4o-mini"]["totalRequests"] + 1,
-                                    "failedRequests": before["gpt-4o-mini"]["failedRequests"] + 1}
+    assert after["gpt-5-mini"] == {**before["gpt-5-mini"],
+                                    "totalRequests": before["gpt-5-mini"]["totalRequests"] + 1,
+                                    "failedRequests": before["gpt-5-mini"]["failedRequests"] + 1}
     assert global_after == {**global_before, "totalRequests": global_before["totalRequests"] + 1}
     event = UsageEvent.objects.get()
     assert (event.success, event.credits_charged) == (False, 0)
@@ -332,7 +350,7 @@ def test_a_failed_upstream_call_counts_as_failed_and_adds_no_tokens(client, seed
 
 
 def test_both_views_keep_their_member_order(client, seeded):
-    entry_order = ["id", "object", "type", "owned_by", "cost", "access"]
+    entry_order = ["id", "object", "created", "type", "owned_by", "cost", "access"]
     body = client.get("/v1/models").json()
     assert list(body) == ["object", "data"] and list(body["data"][0]) == entry_order
     body = client.get("/v1/models?web-view=true").json()

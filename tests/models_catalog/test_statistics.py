@@ -51,8 +51,8 @@ def test_key_statistics_count_the_callers_own_usage_all_time_and_last_24_hours(c
     now = timezone.now()
     record(key, "local-chat", tokens=(12, 30))                                        # completed, 1 credit
     record(key, "local-chat", success=False, tokens=(5, 0))                           # failed, refunded
-    record(key, "gpt-4o", tokens=(100, 50), when=now - timedelta(hours=23))           # 5 credits
-    record(key, "gpt-4o", tokens=(1, 1), when=now - timedelta(hours=25))              # outside the 24 h
+    record(key, "gpt-4.1-mini", tokens=(100, 50), when=now - timedelta(hours=23))     # 5 credits
+    record(key, "gpt-4.1-mini", tokens=(1, 1), when=now - timedelta(hours=25))        # outside the 24 h
     record(key, "local-image", tokens=(0, 0), when=now - timedelta(days=90))          # 2 credits
     record(other, "local-chat", tokens=(999, 999))                                    # someone else's
 
@@ -62,14 +62,14 @@ def test_key_statistics_count_the_callers_own_usage_all_time_and_last_24_hours(c
     all_time = body["allTime"]
     assert {name: all_time[name] for name in COUNTER_MEMBERS} == counters(5, 4, 118, 81, 1 + 5 + 5 + 2)
     assert all_time["models"] == [
-        {"id": "gpt-4o", **counters(2, 2, 101, 51, 10)},
+        {"id": "gpt-4.1-mini", **counters(2, 2, 101, 51, 10)},
         {"id": "local-chat", **counters(2, 1, 17, 30, 1)},
         {"id": "local-image", **counters(1, 1, 0, 0, 2)},
     ]
     recent = body["last24Hours"]
     assert {name: recent[name] for name in COUNTER_MEMBERS} == counters(3, 2, 117, 80, 6)
     assert recent["models"] == [
-        {"id": "gpt-4o", **counters(1, 1, 100, 50, 5)},
+        {"id": "gpt-4.1-mini", **counters(1, 1, 100, 50, 5)},
         {"id": "local-chat", **counters(2, 1, 17, 30, 1)},
     ]
 
@@ -126,8 +126,8 @@ def test_global_statistics_have_totals_and_thirty_days_ending_today(client, seed
     record(first, "local-chat", tokens=(3, 7))
     record(second, "local-chat", success=False, tokens=(2, 0))
     record(first, "local-embedding", tokens=(40, 0), when=noon(1))
-    record(second, "gpt-4o", tokens=(10, 20), when=noon(29))
-    record(first, "gpt-4o", tokens=(1000, 1000), when=noon(30))   # before the series, still in the totals
+    record(second, "gpt-4.1-mini", tokens=(10, 20), when=noon(29))
+    record(first, "gpt-4.1-mini", tokens=(1000, 1000), when=noon(30))   # before the series, still in the totals
 
     response = client.get("/v1/statistic/global")
     assert response.status_code == 200

@@ -2,8 +2,9 @@
 
 A provider's secret is sent to its base_url: a provider naming SECRET_KEY or DATABASE_URL would
 hand those to an address of its editor's choosing. Allowed: UPSTREAM_SECRET_ENV_ALLOW (default
-OPENAI_API_KEY) and any GATEWAY_UPSTREAM_* name; enforced by the catalog loader, the staff form
-and the request path (tests/gateway/test_upstream_hardening.py).
+OPENAI_API_KEY, ANTHROPIC_API_KEY and GEMINI_API_KEY, the shipped catalog's) and any
+GATEWAY_UPSTREAM_* name; enforced by the catalog loader, the staff form and the request path
+(tests/gateway/test_upstream_hardening.py).
 """
 import pytest
 from django.contrib.auth.models import Permission

@@ -32,13 +32,13 @@ def pk(model_id):
 
 @pytest.fixture
 def history(seeded, make_key):
-    """Two keys; local-chat costs 1 credit, gpt-4o 5, local-embedding 1."""
+    """Two keys; local-chat costs 1 credit, gpt-4.1-mini 5, local-embedding 1."""
     key, _ = make_key(tier="premium")
     other, _ = make_key(tier="premium")
     record(key, "local-chat", ago=timedelta(minutes=5), tokens=(12, 30), latency=100)
     record(key, "local-chat", ago=timedelta(minutes=10), success=False, tokens=(5, 0), latency=900)
-    record(key, "gpt-4o", ago=timedelta(hours=23, minutes=59), tokens=(100, 50), latency=300)
-    record(key, "gpt-4o", ago=timedelta(hours=24, minutes=1), tokens=(1, 1), latency=20)
+    record(key, "gpt-4.1-mini", ago=timedelta(hours=23, minutes=59), tokens=(100, 50), latency=300)
+    record(key, "gpt-4.1-mini", ago=timedelta(hours=24, minutes=1), tokens=(1, 1), latency=20)
     record(key, "local-embedding", ago=timedelta(days=40), tokens=(7, 0), latency=5)
     record(other, "local-chat", ago=timedelta(minutes=1), tokens=(3, 3), latency=60)
     return {"key": key, "other": other}
@@ -64,7 +64,7 @@ def test_model_totals_count_all_time_per_model_and_cache_the_closed_hours(histor
         totals = usage.model_totals(now=NOW)
     assert totals == {
         pk("local-chat"): block(3, 2, 20, 33, 2, 1060),
-        pk("gpt-4o"): block(2, 2, 101, 51, 10, 320),
+        pk("gpt-4.1-mini"): block(2, 2, 101, 51, 10, 320),
         pk("local-embedding"): block(1, 1, 7, 0, 1, 5),
     }
     with django_assert_num_queries(1):  # the closed hours come from the cache
@@ -72,7 +72,7 @@ def test_model_totals_count_all_time_per_model_and_cache_the_closed_hours(histor
 
 
 def test_model_totals_keep_a_model_disabled_since(history):
-    model = AiModel.objects.get(model_id="gpt-4o")
+    model = AiModel.objects.get(model_id="gpt-4.1-mini")
     model.enabled = False
     model.save()
     assert usage.model_totals(now=NOW)[model.pk]["requests"] == 2
@@ -83,9 +83,9 @@ def test_models_since_sums_the_hours_from_the_given_one_busiest_first(history, d
         rows = usage.models_since(hour=usage.floor_hour(NOW) - timedelta(hours=24))
     assert rows == [
         {"model_id": pk("local-chat"), "model__model_id": "local-chat", **block(3, 2, 20, 33, 2, 1060)},
-        {"model_id": pk("gpt-4o"), "model__model_id": "gpt-4o", **block(2, 2, 101, 51, 10, 320)},
+        {"model_id": pk("gpt-4.1-mini"), "model__model_id": "gpt-4.1-mini", **block(2, 2, 101, 51, 10, 320)},
     ]
-    # Whole hours: both gpt-4o requests fell in the hour 24 hours back, so neither is in the last 24 rows.
+    # Whole hours: both gpt-4.1-mini requests fell in the hour 24 hours back, so neither is in the last 24 rows.
     last_24_rows = usage.models_since(hour=usage.floor_hour(NOW) - timedelta(hours=23))
     assert [row["model__model_id"] for row in last_24_rows] == ["local-chat"]
 
@@ -113,11 +113,11 @@ def test_key_models_are_one_keys_counters_all_time_or_from_a_day_on(history, dja
     with django_assert_num_queries(1):
         all_time = usage.key_models(key)
     assert [(row["model__model_id"], row["requests"]) for row in all_time] == [
-        ("gpt-4o", 2), ("local-chat", 2), ("local-embedding", 1)]
+        ("gpt-4.1-mini", 2), ("local-chat", 2), ("local-embedding", 1)]
     assert all_time[1] == {"model_id": pk("local-chat"), "model__model_id": "local-chat",
                            **block(2, 1, 17, 30, 1, 1000)}
     month = usage.key_models(key, first_day=NOW.date() - timedelta(days=29))
-    assert [row["model__model_id"] for row in month] == ["gpt-4o", "local-chat"]
+    assert [row["model__model_id"] for row in month] == ["gpt-4.1-mini", "local-chat"]
 
 
 def test_key_days_are_one_keys_counters_per_day(history, django_assert_num_queries):
@@ -134,7 +134,7 @@ def test_a_keys_last_24_hours_cut_at_exactly_24_hours_ago(history, django_assert
         rows = usage.key_last_24_hours(history["key"], now=NOW)
     assert rows == [
         {"model_id": pk("local-chat"), "model__model_id": "local-chat", **block(2, 1, 17, 30, 1, 1000)},
-        {"model_id": pk("gpt-4o"), "model__model_id": "gpt-4o", **block(1, 1, 100, 50, 5, 300)},
+        {"model_id": pk("gpt-4.1-mini"), "model__model_id": "gpt-4.1-mini", **block(1, 1, 100, 50, 5, 300)},
     ]
 
 
@@ -171,4 +171,4 @@ def test_recent_events_are_newest_first_with_their_models(history, django_assert
     with django_assert_num_queries(1):
         events = usage.recent_events(history["key"], limit=3)
         assert [(event.model.model_id, event.success) for event in events] == [
-            ("local-chat", True), ("local-chat", False), ("gpt-4o", True)]
+            ("local-chat", True), ("local-chat", False), ("gpt-4.1-mini", True)]

@@ -43,25 +43,25 @@ def test_the_matrix_has_a_row_per_model_and_a_checkbox_per_tier(staff_client, se
     assert body.count('type="checkbox" name="access"') == AiModel.objects.count() * len(TIERS)
     for tier in TIERS:
         assert f'<th scope="col" class="tier">{tier}</th>' in body
-    # gpt-4.1 is not open to the free tier in the shipped catalog; local-chat is.
-    assert " checked" not in re.search(r'id="access-gpt-4.1-free"[^>]*>', body).group()
+    # gpt-5 is not open to the free tier in the shipped catalog; local-chat is.
+    assert " checked" not in re.search(r'id="access-gpt-5-free"[^>]*>', body).group()
     assert " checked" in re.search(r'id="access-local-chat-free"[^>]*>', body).group()
     rows = {model.model_id: dict(cells) for model, cells in response.context["rows"]}
-    assert rows["gpt-4.1"]["free"] is False and rows["local-chat"]["free"] is True
+    assert rows["gpt-5"]["free"] is False and rows["local-chat"]["free"] is True
 
 
 def test_saving_the_matrix_changes_the_toggled_cells_in_one_audited_step(staff_client, seeded):
     drawn = staff_client.get(MATRIX)
     assert catalog.get_model("local-chat").allows_tier("free")
-    response = staff_client.post(MATRIX, matrix_post(drawn, toggle=[("local-chat", "free"), ("gpt-4.1", "cool"),
-                                                                      ("gpt-4.1", "free")]))
+    response = staff_client.post(MATRIX, matrix_post(drawn, toggle=[("local-chat", "free"), ("gpt-5", "cool"),
+                                                                      ("gpt-5", "free")]))
     assert response.status_code == 302
     assert "free" not in AiModel.objects.get(model_id="local-chat").tiers
-    assert AiModel.objects.get(model_id="gpt-4.1").tiers == ["free", "premium", "cool", "partner", "exclusive",
+    assert AiModel.objects.get(model_id="gpt-5").tiers == ["free", "premium", "cool", "partner", "exclusive",
                                                                "special"]
     entry = AuditLog.objects.get(action="update_access")
     assert entry.actor == "staff alice"
-    assert set(entry.after) == {"local-chat", "gpt-4.1"}
+    assert set(entry.after) == {"local-chat", "gpt-5"}
     # The request path's cached catalog sees it at once in this process.
     assert not catalog.get_model("local-chat").allows_tier("free")
 
@@ -143,23 +143,26 @@ def configured_column(body: str) -> dict:
 @pytest.mark.parametrize("secret", ["", "sk-upstream-secret-value-123"])
 def test_the_model_list_says_which_models_have_their_providers_secret(staff_client, seeded, monkeypatch, secret):
     monkeypatch.setenv("OPENAI_API_KEY", secret)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     body = staff_client.get(reverse("admin:models_catalog_aimodel_changelist")).content.decode()
     assert "Secret set" in body and (not secret or secret not in body)
     column = configured_column(body)
     assert set(column) == set(AiModel.objects.values_list("model_id", flat=True))
     for model in AiModel.objects.all():
-        assert column[model.model_id] == (model.owned_by == "local" or bool(secret)), model.model_id
+        expected = model.owned_by == "local" or (model.owned_by == "openai" and bool(secret))
+        assert column[model.model_id] == expected, model.model_id
+    assert column["claude-haiku-4-5"] is False  # Anthropic's secret is not set here
 
 
 def test_a_model_with_one_deployment_that_has_its_secret_counts_as_configured(staff_client, seeded, monkeypatch,
                                                                              django_assert_max_num_queries):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    model = AiModel.objects.get(model_id="gpt-4o-mini")
+    model = AiModel.objects.get(model_id="gpt-5-mini")
     Deployment.objects.create(model=model, provider=Provider.objects.get(name="local"), priority=2)
     with django_assert_max_num_queries(12):  # the deployments are read once for the page, not once a row
         body = staff_client.get(reverse("admin:models_catalog_aimodel_changelist")).content.decode()
     column = configured_column(body)
-    assert (column["gpt-4o-mini"], column["gpt-4o"]) == (True, False)
+    assert (column["gpt-5-mini"], column["gpt-4.1-mini"]) == (True, False)
 
 
 @pytest.mark.parametrize("value, ok", [("OPENAI_API_KEY", True), ("sk-abcdef0123456789", False),
@@ -236,7 +239,7 @@ def test_a_provider_type_that_cannot_serve_the_models_listing_it_is_refused(staf
 
 def test_several_secrets_make_one_deployment_each_in_every_pool_listing_the_provider(staff_client, seeded):
     openai = Provider.objects.get(name="openai")
-    gpt = AiModel.objects.get(model_id="gpt-4o")
+    gpt = AiModel.objects.get(model_id="gpt-4.1-mini")
     kept = gpt.deployments.get()
     Deployment.objects.filter(pk=kept.pk).update(priority=2, weight=5)
     url = reverse("admin:models_catalog_provider_change", args=[openai.pk])
@@ -484,7 +487,7 @@ def test_the_model_list_links_each_model_to_its_deployments(staff_client, two_se
 
 
 def test_models_and_providers_cannot_be_deleted_from_the_ui(staff_client, seeded):
-    model = AiModel.objects.get(model_id="gpt-4o")
+    model = AiModel.objects.get(model_id="gpt-4.1-mini")
     assert staff_client.get(reverse("admin:models_catalog_aimodel_delete", args=[model.pk])).status_code == 403
     provider = Provider.objects.get(name="local")
     assert staff_client.get(reverse("admin:models_catalog_provider_delete", args=[provider.pk])).status_code == 403

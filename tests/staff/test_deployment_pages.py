@@ -76,6 +76,30 @@ def test_the_page_shows_each_deployments_state_and_last_hour(staff_client, pool)
         assert value not in body
 
 
+def test_a_deployment_whose_secret_is_not_set_here_is_not_configured_not_healthy(staff_client, pool, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("GATEWAY_UPSTREAM_PAGE_2")
+    one, two = pool["GATEWAY_UPSTREAM_PAGE_1"], pool["GATEWAY_UPSTREAM_PAGE_2"]
+    response = staff_client.get(PAGE)
+    assert row_of(response, one).health.state == "healthy"
+    assert row_of(response, two).health.state == "not_configured"
+    openai = Deployment.objects.filter(provider__name="openai")
+    local = Deployment.objects.filter(provider__name="local")
+    assert openai and local
+    assert {row.health.state for row in response.context["rows"] if row.deployment in openai} == {"not_configured"}
+    assert {row.health.state for row in response.context["rows"] if row.deployment in local} == {"healthy"}
+    body = response.content.decode()
+    unset_row = body.split(f'id="deployment-{two.pk}"')[1].split("</tr>")[0]
+    assert 'data-state="not_configured"' in unset_row and "staff-badge unset" in unset_row
+    assert "set <code>GATEWAY_UPSTREAM_PAGE_2</code> on this server" in unset_row
+    assert "staff-badge ok" not in unset_row and 'name="enable"' not in unset_row
+    # Nothing to enable: the button writes no audit entry and the state stays.
+    staff_client.post(action("enable", two), {"next": PAGE})
+    assert not AuditLog.objects.filter(action="enable_deployment").exists()
+    staff_client.post(action("disable", two), {"next": PAGE, "reason": "retired"})
+    assert row_of(staff_client.get(PAGE), two).health.state == "disabled"
+
+
 def test_the_page_narrows_to_one_model_and_an_unknown_one_is_a_message(staff_client, pool):
     response = staff_client.get(PAGE + "?model=pooled")
     assert {row.deployment.model.model_id for row in response.context["rows"]} == {"pooled"}

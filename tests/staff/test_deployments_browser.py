@@ -70,3 +70,30 @@ def test_staff_disable_and_enable_a_deployment_and_the_api_follows(browser, live
                             {"width": PHONE[0], "height": PHONE[1], "deviceScaleFactor": 1, "mobile": True})
     browser.get(f"{live_server.url}/admin/models_catalog/deployment/")
     assert page_is_not_wider_than_the_screen(browser)
+
+
+def test_deployments_without_their_secret_are_shown_not_configured_in_grey(browser, live_server, staff_login, seeded,
+                                                                           screenshots, monkeypatch):
+    from selenium.webdriver.common.by import By
+
+    for variable in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.delenv(variable, raising=False)  # as on a fresh `make run`
+    staff_login()
+    browser.get(f"{live_server.url}/admin/models_catalog/deployment/")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#deployments tbody tr")
+    states = {row.get_attribute("id"): row.get_attribute("data-state") for row in rows}
+    local = {f"deployment-{deployment.pk}" for deployment in Deployment.objects.filter(provider__name="local")}
+    assert len(rows) == Deployment.objects.count() and local
+    assert {state for row, state in states.items() if row in local} == {"healthy"}
+    assert {state for row, state in states.items() if row not in local} == {"not_configured"}
+    unset = next(row for row in rows if row.get_attribute("data-state") == "not_configured")
+    badge = unset.find_element(By.CSS_SELECTOR, ".staff-badge")
+    healthy = next(row for row in rows if row.get_attribute("data-state") == "healthy")
+    green = healthy.find_element(By.CSS_SELECTOR, ".staff-badge").value_of_css_property("background-color")
+    assert badge.text.lower() == "not configured"
+    assert badge.value_of_css_property("background-color") != green
+    variable = Deployment.objects.get(pk=int(unset.get_attribute("id").split("-")[1])).secret_env
+    assert f"set {variable} on this server" in unset.text
+    assert not unset.find_elements(By.NAME, "enable")  # nothing to enable: its secret is missing
+    assert page_is_not_wider_than_the_screen(browser)
+    capture(browser, screenshots / "deployments-not-configured-1280.png", *DESKTOP)

@@ -174,6 +174,53 @@ def test_the_secret_key_is_generated_once_and_kept(tmp_path):
     assert (tmp_path / "secret_key").read_text().strip() == first
 
 
+# Writes through a connection under a umask that would leave new files readable by everyone, and
+# prints the modes of the database and its -wal and -shm files while the connection still holds them.
+_SQLITE_MODES = """
+import os, stat
+os.umask(0o022)
+import django
+django.setup()
+from django.conf import settings
+from django.db import connection
+with connection.cursor() as cursor:
+    cursor.execute("CREATE TABLE IF NOT EXISTS t (x integer)")
+    cursor.execute("INSERT INTO t VALUES (1)")
+name = settings.DATABASES["default"]["NAME"]
+print(" ".join(oct(stat.S_IMODE(os.stat(name + tail).st_mode)) for tail in ("", "-wal", "-shm")))
+"""
+
+
+def _sqlite_modes(data_dir) -> list[str]:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _SQLITE_MODES], capture_output=True, text=True, timeout=60,
+                          env={"DJANGO_SETTINGS_MODULE": "gateway.settings", "GATEWAY_DATA_DIR": str(data_dir),
+                               "PATH": ""})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.split()
+
+
+def test_the_sqlite_database_and_its_wal_and_shm_files_are_their_owners_alone(tmp_path):
+    # Staff password hashes and sessions live there: as private as the secret key beside it.
+    assert _sqlite_modes(tmp_path) == ["0o600", "0o600", "0o600"]
+    assert oct((tmp_path / "secret_key").stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_database_an_earlier_run_left_readable_is_narrowed_at_start(tmp_path):
+    database = tmp_path / "gateway.sqlite3"
+    for file in (database, tmp_path / "gateway.sqlite3-wal"):
+        file.touch()
+        file.chmod(0o644)
+    assert _sqlite_modes(tmp_path) == ["0o600", "0o600", "0o600"]
+
+
+def test_a_sqlite_path_in_a_missing_folder_is_left_to_the_connection_to_report(tmp_path):
+    env.keep_sqlite_private(tmp_path / "missing" / "gateway.sqlite3")  # no exception at start
+    assert not (tmp_path / "missing").exists()
+
+
 @pytest.mark.parametrize(("variables", "refused", "queued"), [
     ({}, 3.0, 10.0),
     ({"DATABASE_POOL_TIMEOUT": "1", "DATABASE_POOL_QUEUE_TIMEOUT": "30"}, 1.0, 30.0),

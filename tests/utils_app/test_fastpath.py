@@ -408,6 +408,7 @@ def test_round_trip_commands_are_packed_as_the_connection_packs_them():
     from utils_app import fastpath
 
     connection = Connection()  # never connected: packing needs no server
+    fastpath._load_hiredis()  # as the process's first Redis client does
     assert fastpath._pack_command is not None, "hiredis is pinned in requirements.txt"
     expected = b"".join(connection.pack_commands(ROUND_TRIP_COMMANDS))
     assert fastpath._packed(connection, ROUND_TRIP_COMMANDS) == [expected]

@@ -158,6 +158,31 @@ def credits_within_max_credits(context, case):
     return not (type(credits) is int and type(max_credits) is int and credits > max_credits)
 
 
+@schema.hook("filter_case").apply_to(path="/v1/chat/completions")
+def forced_tools_are_among_the_tools(context, case):
+    """A rule across members that JSON Schema cannot state: a tool_choice that forces a function (or
+    narrows to allowed ones) names functions the request's tools define, as OpenAI and local-chat
+    require (a 400 naming tool_choice otherwise)."""
+    body = case.body if isinstance(case.body, dict) else {}
+    choice, tools = body.get("tool_choice"), body.get("tools")
+    if not isinstance(choice, dict):
+        return True
+
+    def name_of(item):
+        inner = item.get("function") if isinstance(item, dict) else None
+        return inner.get("name") if isinstance(inner, dict) and isinstance(inner.get("name"), str) else None
+
+    defined = {name_of(tool) for tool in (tools if isinstance(tools, list) else ())
+               if isinstance(tool, dict) and tool.get("type") == "function"} - {None}
+    if choice.get("type") == "function" and name_of(choice) is not None:
+        return name_of(choice) in defined
+    allowed = choice.get("allowed_tools")
+    if choice.get("type") == "allowed_tools" and isinstance(allowed, dict) and isinstance(allowed.get("tools"), list):
+        named = {name_of(tool) for tool in allowed["tools"]} - {None}
+        return named <= defined and (bool(named) or allowed.get("mode") != "required")
+    return True
+
+
 @schema.parametrize()
 @schema.auth.apply(KeyPerOperation, refresh_interval=None)
 @hypothesis_settings(deadline=None, suppress_health_check=list(HealthCheck))

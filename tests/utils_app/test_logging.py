@@ -210,7 +210,7 @@ def test_a_failed_upstream_call_is_summed_up_with_its_reason_and_django_adds_no_
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     key, secret = free_key
     logs = captured("json")
-    response = post(client, CHAT, {**HELLO, "model": "gpt-4o-mini"}, secret, HTTP_X_REQUEST_ID="failed-1")
+    response = post(client, CHAT, {**HELLO, "model": "gpt-5-mini"}, secret, HTTP_X_REQUEST_ID="failed-1")
     assert response.status_code == 502
     lines = request_lines(logs, response["X-Request-ID"])
     assert not [line for line in lines if line["logger"] == "django.request"]

@@ -8,6 +8,7 @@ from gateway import media
 class Command(BaseCommand):
     help = ("Delete generated media files (images, audio) older than --older-than HOURS "
             "(default MEDIA_RETENTION_HOURS). Their URLs stop working.")
+    requires_system_checks = []  # Django's checks (the URLconf, every view) run in migrate and manage.py check
 
     def add_arguments(self, parser):
         parser.add_argument("--older-than", type=float, default=settings.MEDIA_RETENTION_HOURS, metavar="HOURS",

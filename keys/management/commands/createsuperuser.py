@@ -21,6 +21,7 @@ class Command(BaseCommand):
             "more characters, not a common one, not all digits, not close to the username or email). With "
             "--noinput the username, email and password come from DJANGO_SUPERUSER_USERNAME, "
             "DJANGO_SUPERUSER_EMAIL and DJANGO_SUPERUSER_PASSWORD.")
+    requires_system_checks = []  # Django's checks (the URLconf, every view) run in migrate and manage.py check
 
     def add_arguments(self, parser):
         parser.add_argument("--username")

@@ -14,6 +14,7 @@ class Command(BaseCommand):
     help = ("Print the demo key of `make run` (secret on the last line): the one issued before while it "
             "exists and is active, else a new one (tier augmented, 1000 credits). Its secret is kept in the data "
             "dir (demo_key, readable by its owner only), since the database keeps only its digest.")
+    requires_system_checks = []  # Django's checks (the URLconf, every view) run in migrate and manage.py check
 
     def handle(self, *args, **options):
         path = settings.DATA_DIR / "demo_key"

@@ -12,6 +12,7 @@ def _range(field: str) -> str:
 class Command(BaseCommand):
     help = ("Create an API key. The secret is printed alone on the last line of output; "
             "it is stored only as a digest and cannot be shown again.")
+    requires_system_checks = []  # Django's checks (the URLconf, every view) run in migrate and manage.py check
 
     def add_arguments(self, parser):
         # Each option's dest is the ApiKey field it sets; one left out takes the model's default.

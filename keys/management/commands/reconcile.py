@@ -8,6 +8,7 @@ from keys.models import ApiKey
 class Command(BaseCommand):
     help = ("Check every key's balance against the sum of its ledger, and its in-flight count against its "
             "pending charges. Prints each mismatch; exits 1 if there is one.")
+    requires_system_checks = []  # Django's checks (the URLconf, every view) run in migrate and manage.py check
 
     def add_arguments(self, parser):
         parser.add_argument("--key", default="", metavar="PREFIX", help="only keys whose display prefix starts so")

@@ -6,6 +6,7 @@ from keys.services import refill_all
 
 class Command(BaseCommand):
     help = "Set every active key's credits to its maxCredits (meant for a daily cron)."
+    requires_system_checks = []  # Django's checks (the URLconf, every view) run in migrate and manage.py check
 
     def add_arguments(self, parser):
         parser.add_argument("--dry-run", action="store_true", help="only count the keys that would change")

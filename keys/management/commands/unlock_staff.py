@@ -6,6 +6,7 @@ from keys.staff_security import failures_on_record, lift_lockout
 class Command(BaseCommand):
     help = ("Lift a staff sign-in lockout: forget the failed sign-ins of one username or of one client "
             "address, so it may try again at once. Written to the audit log.")
+    requires_system_checks = []  # Django's checks (the URLconf, every view) run in migrate and manage.py check
 
     def add_arguments(self, parser):
         target = parser.add_mutually_exclusive_group(required=True)

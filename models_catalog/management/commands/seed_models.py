@@ -5,6 +5,7 @@ from models_catalog.catalog import DEFAULT_CATALOG, CatalogError, load_catalog
 
 class Command(BaseCommand):
     help = "Create or update providers and models from a TOML catalog file (default: the shipped catalog)."
+    requires_system_checks = []  # Django's checks (the URLconf, every view) run in migrate and manage.py check
 
     def add_arguments(self, parser):
         parser.add_argument("path", nargs="?", help=f"catalog file (default: {DEFAULT_CATALOG.name})")

@@ -7,7 +7,7 @@ import time
 from collections import Counter
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.test.utils import CaptureQueriesContext
 from django.db import connection
 
@@ -501,6 +501,24 @@ def test_the_probe_command_prints_a_table_and_enables_what_answers(fakes, capsys
     assert "pooled" in out and "ok, enabled again" in out and "1 probed, 0 failed" in out
     call_command("probe_deployments", "--all")
     assert "1 probed, 0 failed" in capsys.readouterr().out
+
+
+def test_the_probe_command_lists_unset_secrets_apart_and_fails_when_a_probe_fails(fakes, capsys, monkeypatch):
+    a, b = fakes("a"), fakes("b")
+    pool("pooled", [(add_provider("a", a.base_url), {"priority": 1}), (add_provider("b", b.base_url), {"priority": 2})])
+    unset = Provider.objects.create(name="unset", base_url=a.base_url, api_key_env="GATEWAY_UPSTREAM_UNSET_KEY")
+    pool("elsewhere", [(unset, {})])
+    monkeypatch.delenv("GATEWAY_UPSTREAM_UNSET_KEY", raising=False)
+    call_command("probe_deployments", "--all")
+    out = capsys.readouterr().out
+    assert "not configured: set GATEWAY_UPSTREAM_UNSET_KEY on this server" in out
+    assert out.strip().splitlines()[-1] == "2 probed, 0 failed, 1 not configured"
+    assert all(sent.body["model"] != "elsewhere" for sent in a.posts())  # nothing is sent without its secret
+
+    b.json("/chat/completions", {"error": {"message": "revoked"}}, status=401)
+    with pytest.raises(CommandError, match="1 of 2 probes failed"):
+        call_command("probe_deployments", "--all")
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "2 probed, 1 failed, 1 not configured"
 
 
 def test_the_upkeep_writes_waiting_figures(fakes, client, free_key):

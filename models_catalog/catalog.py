@@ -9,6 +9,7 @@ The snapshot lives in process memory, so resolving a model and its pool costs no
 and no cache round trip. A save in this process drops it at once (signals below);
 other processes pick a change up within CATALOG_CACHE_SECONDS.
 """
+import re
 import threading
 import time
 import tomllib
@@ -163,6 +164,25 @@ def check_provider(name: str, entry: dict, *, where: str = "") -> dict:
             "timeout": float(timeout), "api_version": api_version, "max_tokens_default": max_tokens_default}
 
 
+# One path segment of a model's name where the URL carries it (ProviderType.model_in_path): Google's model
+# and tuned-model ids (gemini-2.5-flash, text-embedding-004, my-model-7) and Azure's deployment names are
+# letters, digits, '.', '_' and '-'. Nothing else: no '/', '?', '#', '%', backslash or space, and no "..".
+PATH_SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+
+
+def model_path_problem(name: str, kind) -> str | None:
+    """Why ``name`` cannot be the upstream model of a provider of type ``kind`` (a sentence), or None."""
+    if not kind.model_in_path:
+        return None
+    collection, segment = name.split("/", 1) if "/" in name else (None, name)
+    if (PATH_SEGMENT.fullmatch(segment) and ".." not in segment
+            and (collection is None or collection in kind.model_collections)):
+        return None
+    under = "".join(f" or {collection}/<name>" for collection in kind.model_collections)
+    return (f"must be one name of letters, digits, '.', '_' and '-' without '..'{under}, since the URL of a "
+            f"{kind.name} provider carries it; got {name!r}")
+
+
 def check_pool(model_id: str, model_type: str, deployments: list, providers: dict, *, where: str = "") -> list[dict]:
     """A model's deployments checked and normalised, in the order given.
 
@@ -187,6 +207,11 @@ def check_pool(model_id: str, model_type: str, deployments: list, providers: dic
             raise CatalogError(f"provider {provider!r} is of type {kind.name}, which cannot serve {model_type} "
                                f"models (it serves {', '.join(kind.operations)})", where=at, field="provider")
         upstream_model = _text(entry, "upstream_model", at, max_length=120, required=False)
+        problem = model_path_problem(upstream_model or model_id, kind)
+        if problem:
+            if not upstream_model:
+                problem = f"is empty, so the model's id is sent instead, and it {problem}"
+            raise CatalogError(problem, where=at, field="upstream_model")
         pair = (provider, upstream_model or model_id)
         if pair in seen:
             raise CatalogError(f"provider {provider!r} with upstream model {pair[1]!r} is listed twice",

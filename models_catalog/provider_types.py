@@ -20,6 +20,11 @@ class ProviderType:
     takes_base_url: bool = True
     takes_secrets: bool = True
     fields: tuple[str, ...] = ()  # catalog fields particular to the type
+    # Whether the URL path of a call carries the upstream model's name (not only the body), and the
+    # collections it may be named under there ("tunedModels/x"): catalog.check_pool holds such a name
+    # to one plain path segment, so that no name can lead a call to another path of the provider's host.
+    model_in_path: bool = False
+    model_collections: tuple[str, ...] = ()
 
     def serves(self, model_type: str) -> bool:
         return model_type in self.operations
@@ -28,11 +33,12 @@ class ProviderType:
 TYPES = {kind.name: kind for kind in (
     ProviderType("openai", "OpenAI's API, or any OpenAI-compatible one, at base_url", MODEL_TYPES),
     ProviderType("azure", "Azure OpenAI: deployments under the resource's endpoint", MODEL_TYPES,
-                 fields=("api_version",)),
+                 fields=("api_version",), model_in_path=True),
     ProviderType("anthropic", "Anthropic's Messages API", ("chat",),
                  default_base_url="https://api.anthropic.com", fields=("max_tokens_default",)),
     ProviderType("gemini", "Google's Gemini API", ("chat", "embedding"),
-                 default_base_url="https://generativelanguage.googleapis.com/v1beta"),
+                 default_base_url="https://generativelanguage.googleapis.com/v1beta", model_in_path=True,
+                 model_collections=("models", "tunedModels")),
     ProviderType("local", "In-process development models: no network, deterministic output", MODEL_TYPES,
                  takes_base_url=False, takes_secrets=False),
 )}

@@ -1,6 +1,7 @@
 """OpenAI's API, and any OpenAI-compatible one: the request goes as the client sent it, under the
 deployment's upstream name, and the answer comes back as it is once its shape is checked."""
 import base64
+from urllib.parse import quote
 from collections.abc import Iterator
 
 from gateway.serializers import SPEECH_DEFAULTS
@@ -92,7 +93,8 @@ class OpenAIAdapter(HttpAdapter):
 
     def probe_image(self) -> None:
         # Retrieving the model proves the secret and the model without generating (and paying for) an image.
-        self.transport.get(f"/models/{self.upstream_model}")
+        # The name is one path segment whatever it holds ("org/model", "..", "?"): it can lead nowhere else.
+        self.transport.get(f"/models/{quote(self.upstream_model, safe='')}")
 
 
 def is_completion(body: dict) -> bool:

@@ -6,10 +6,12 @@ A settlement that fails twice (the database is restarting or down) is handed to
 SETTLE_RETRY_SECONDS, so the charge is completed (or refunded) moments after the
 database is back instead of holding the key's maxConcurrent until the sweeper.
 
-A charge stays pending only while its request runs. One still pending after
-LEDGER_STALE_SECONDS (longer than any upstream call or stream may last) belongs to
-a worker that died, or to a settlement the database refused twice: it is marked
-abandoned and its credits go back, through the same refund as a failed request.
+A charge stays pending only while its request runs. One still pending after the longest
+its request could run (``stale_after``: the catalog's longest provider timeout, then a
+whole stream, then a margin; never less than LEDGER_STALE_SECONDS) belongs to a worker
+that died, or to a settlement the database refused twice: it is marked abandoned and
+its credits go back, through the same refund as a failed request. Sooner, it could
+still be running, and its finished answer would be free.
 
 ``manage.py settle_stale`` runs a sweep by hand or from cron. The service also runs
 one by itself at a bounded rate: after a settlement, at most once every
@@ -25,11 +27,12 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.cache import cache
 from django.db import DatabaseError, close_old_connections, connection
+from django.db.models import Max
 from django.utils import timezone
 
 from gateway import metering
 from keys.models import IdempotentRequest, LedgerEntry, SweepMark
-from models_catalog.models import AiModel
+from models_catalog.models import AiModel, Provider
 
 log = logging.getLogger("gateway.ledger")
 
@@ -37,6 +40,9 @@ BATCH = 500
 # How old the newest entry below the sweep mark must be: far longer than a charge's one statement takes.
 MARK_LAG_SECONDS = 60
 SETTLE_RETRY_SECONDS = 1.0
+# What a request may still do after its upstream's last byte (shape and store the answer, settle), and the
+# connect timeout an attempt begun at the end of its budget may still take: far more than either needs.
+SETTLE_MARGIN_SECONDS = 60.0
 _next_sweep = 0.0
 _retries: list[tuple[Callable[[], object], str, float]] = []  # (settlement, what it is, give up after)
 _retries_lock = threading.Lock()
@@ -45,7 +51,7 @@ _retrier: threading.Thread | None = None
 
 def settle_later(settle: Callable[[], object], *, what: str) -> None:
     """Try a settlement again in the background until it goes through, for at most LEDGER_STALE_SECONDS
-    (after which the sweeper refunds the charge anyway)."""
+    (a charge still pending after that is left to the sweeper, which refunds it)."""
     global _retrier
     with _retries_lock:
         _retries.append((settle, what, time.monotonic() + settings.LEDGER_STALE_SECONDS))
@@ -77,6 +83,24 @@ def _retry_settlements() -> None:
             if not _retries:
                 _retrier = None  # under the lock: settle_later starts a new thread for the next one
                 return
+
+
+def longest_request_seconds() -> float:
+    """The longest a metered request can run with the catalog as it is now (docs/ledger.md).
+
+    Every attempt of a request over its pool shares one budget, the longest timeout of the
+    pool's providers (gateway.services.Meter): no attempt starts after it, and a non-streamed
+    one ends within it. A stream begun at its very end is cut STREAM_MAX_SECONDS after its
+    upstream answered, however lively. Then the answer is shaped, stored and settled.
+    """
+    longest = Provider.objects.aggregate(longest=Max("timeout"))["longest"] or 0.0
+    return longest + settings.STREAM_MAX_SECONDS + SETTLE_MARGIN_SECONDS
+
+
+def stale_after() -> float:
+    """How long a charge stays pending before a sweep may abandon it: once its request can no longer be
+    running, and never sooner than LEDGER_STALE_SECONDS."""
+    return max(float(settings.LEDGER_STALE_SECONDS), longest_request_seconds())
 
 
 def stale_charges(cutoff):
@@ -147,7 +171,7 @@ def drop_expired_claims() -> int:
 
 
 def sweep() -> tuple[int, int]:
-    return settle_stale(older_than=settings.LEDGER_STALE_SECONDS), drop_expired_claims()
+    return settle_stale(older_than=stale_after()), drop_expired_claims()
 
 
 def maybe_sweep() -> None:
@@ -170,8 +194,8 @@ def _sweep_in_background() -> None:
     try:
         abandoned, dropped = sweep()
         if abandoned:
-            log.warning("ledger sweep: %d charge(s) pending longer than %ss abandoned and refunded", abandoned,
-                        settings.LEDGER_STALE_SECONDS)
+            log.warning("ledger sweep: %d charge(s) pending longer than their requests could run abandoned and "
+                        "refunded", abandoned)
         if dropped:
             log.info("ledger sweep: %d expired Idempotency-Key claim(s) dropped", dropped)
     except Exception:

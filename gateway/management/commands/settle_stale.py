@@ -1,23 +1,27 @@
 """Refund the charges a dead worker left pending (the service also runs this by itself; docs/ledger.md)."""
 from datetime import timedelta
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from gateway.sweeper import drop_expired_claims, settle_stale, stale_charges
+from gateway.sweeper import drop_expired_claims, settle_stale, stale_after, stale_charges
 
 
 class Command(BaseCommand):
-    help = ("Refund charges still pending after the longest allowed upstream call (a worker died "
+    help = ("Refund charges still pending after the longest their requests could run (a worker died "
             "mid-request), marking them abandoned; drop expired Idempotency-Key claims.")
+    requires_system_checks = []  # Django's checks (the URLconf, every view) run in migrate and manage.py check
 
     def add_arguments(self, parser):
-        parser.add_argument("--older-than", type=float, default=settings.LEDGER_STALE_SECONDS, metavar="SECONDS",
-                            help="pending for longer than this (default LEDGER_STALE_SECONDS, %(default)s)")
+        parser.add_argument("--older-than", type=float, default=None, metavar="SECONDS",
+                            help="pending for longer than this, instead of the longest a request could run (the "
+                                 "catalog's longest provider timeout + STREAM_MAX_SECONDS + 60 s, at least "
+                                 "LEDGER_STALE_SECONDS): shorter only once no worker can still be running them")
         parser.add_argument("--dry-run", action="store_true", help="only count what would be refunded")
 
     def handle(self, *args, older_than, dry_run, **options):
+        if older_than is None:
+            older_than = stale_after()
         if older_than < 0:
             raise CommandError("--older-than must be 0 or more seconds")
         if dry_run:

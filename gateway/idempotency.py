@@ -8,6 +8,9 @@
   audio bytes, or the exact event stream that was relayed), with
   ``Idempotent-Replayed: true``. Responses larger than IDEMPOTENCY_MAX_BODY_BYTES
   are not kept: a retry of such a request gets 409 saying so, and is not charged.
+- A stream the client closed after output had reached it was charged (CONTRACT section 5)
+  but never finished, so there is no whole answer to replay: a retry gets 409 saying
+  exactly that, and is not charged.
 - A first attempt that failed was refunded and its claim released: a retry runs anew.
 - Claims last IDEMPOTENCY_HOURS (24 h); after that the same key starts a new request.
 """
@@ -26,6 +29,9 @@ from utils_app.errors import IdempotencyConflict, IdempotencyMismatch, InvalidRe
 HEADER = "Idempotency-Key"
 _VALID = re.compile(r"^[\x20-\x7e]{1,255}$")
 REPLAYED = {"Idempotent-Replayed": "true"}
+# The status a claim records for a stream the client closed after output reached it (nginx's "client
+# closed request", the usage row's status too): charged, and nothing kept to replay.
+CUT_BY_CLIENT = 499
 _META = "gateway.idempotency"
 
 
@@ -64,6 +70,10 @@ def previous_answer(*, key: ApiKey, claim: Idempotency) -> tuple[int, dict, byte
     if record.request_hash != claim.request_hash:
         raise IdempotencyMismatch(f"This {HEADER} was used with a different request; use a new key for a new "
                                   f"request.", param=HEADER)
+    if record.response_status == CUT_BY_CLIENT:
+        raise IdempotencyConflict(f"The request with this {HEADER} was a stream that the client closed after "
+                                  f"output had reached it: it was charged, and the partial answer is not kept "
+                                  f"for a replay. Send a new {HEADER} to ask again.", param=HEADER)
     if record.response_status is None:
         if record.entry.status == LedgerEntry.PENDING:
             raise IdempotencyConflict(f"A request with this {HEADER} is still in progress; retry after it "
@@ -79,6 +89,11 @@ def keep_answer(*, entry: int, headers: dict, body: bytes) -> None:
         return
     IdempotentRequest.objects.filter(entry_id=entry).update(response_status=200, response_headers=headers,
                                                             response_body=body)
+
+
+def note_cut_by_client(*, entry: int) -> None:
+    """Record that a charged stream was closed by its client before it ended: its retries are told so."""
+    IdempotentRequest.objects.filter(entry_id=entry).update(response_status=CUT_BY_CLIENT)
 
 
 _JSON = JSONRenderer()  # DRF's renderer, as the views' negotiation picks it (plain application/json)

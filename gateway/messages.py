@@ -15,11 +15,13 @@ import json
 import re
 import uuid
 
+from django.conf import settings
 from rest_framework.response import Response
 
+from gateway.json_schemas import SchemaWalk
 from gateway.services import ChatDialect, OpenAIEvents
-from gateway.upstream.shapes import PASSED_THROUGH, content_text, tool_call_id
-from utils_app.errors import GatewayError, InvalidRequest, UnsupportedParameter, as_gateway_error
+from gateway.upstream.shapes import EVENT_NAME, PASSED_THROUGH, content_text, tool_call_id
+from utils_app.errors import GatewayError, InvalidRequest, UnsupportedParameter, UpstreamError, as_gateway_error
 
 # Anthropic's error type for each status the gateway answers with (section 4's statuses are kept).
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
@@ -99,6 +101,7 @@ def chat_params(body: dict, *, counting: bool = False) -> dict:
         params["messages"].append({"role": "system", "content": _system(body["system"])})
     for index, message in enumerate(body["messages"]):
         params["messages"].extend(_messages(message, f"messages.{index}"))
+    _count_image_urls(body["messages"])
     if not counting:
         max_tokens = body["max_tokens"]
         _need(type(max_tokens) is int and max_tokens >= 1, "max_tokens", "must be an integer of at least 1.")
@@ -120,7 +123,8 @@ def chat_params(body: dict, *, counting: bool = False) -> dict:
                 params["user"] = metadata["user_id"]
     if body.get("tools"):
         _need(isinstance(body["tools"], list), "tools", "must be an array.")
-        params["tools"] = [_tool(tool, f"tools.{index}") for index, tool in enumerate(body["tools"])]
+        walk = SchemaWalk()  # every tool's schema, within the request's limits
+        params["tools"] = [_tool(tool, f"tools.{index}", walk) for index, tool in enumerate(body["tools"])]
     if body.get("tool_choice") is not None:
         params.update(_tool_choice(body["tool_choice"]))
     return params
@@ -245,17 +249,34 @@ def _assistant(blocks: list) -> list[dict]:
     return [message]
 
 
-def _tool(tool, where: str) -> dict:
+def _tool(tool, where: str, walk: SchemaWalk) -> dict:
     _need(isinstance(tool, dict), where, "must be an object.")
     if tool.get("type") not in (None, "custom"):
         raise _unsupported(where, f"tools of type {tool.get('type')!r} are not supported; only client tools "
                                   f"(name, description, input_schema) are.")
     _need(isinstance(tool.get("name"), str) and bool(tool["name"]), f"{where}.name", "is required.")
     _need(isinstance(tool.get("input_schema"), dict), f"{where}.input_schema", "must be a JSON schema object.")
+    walk.check(tool["input_schema"], f"{where}.input_schema")  # malformed or too large: a 400 naming the member
     function = {"name": tool["name"], "parameters": tool["input_schema"]}
     if isinstance(tool.get("description"), str):
         function["description"] = tool["description"]
     return {"type": "function", "function": function}
+
+
+def _count_image_urls(messages: list) -> None:
+    """At most MAX_CHAT_IMAGE_URLS images given by URL in one request (gateway.serializers.count_image_urls),
+    refused here naming the client's own block."""
+    found = 0
+    for index, message in enumerate(messages):
+        for position, block in enumerate(message["content"] if isinstance(message["content"], list) else ()):
+            source = block.get("source") if block["type"] == "image" else None
+            if isinstance(source, dict) and source.get("type") == "url":
+                found += 1
+                if found > settings.MAX_CHAT_IMAGE_URLS:
+                    where = f"messages.{index}.content.{position}"
+                    raise InvalidRequest(f"{where}: a request may give at most {settings.MAX_CHAT_IMAGE_URLS} "
+                                         f"images by URL (MAX_CHAT_IMAGE_URLS); send the others as base64 "
+                                         f"sources, or in another request.", param=where)
 
 
 def _tool_choice(choice) -> dict:
@@ -402,7 +423,11 @@ class AnthropicEvents(OpenAIEvents):
             self.started = self.passed_through = True
             if event.get("type") == "message_start" and isinstance(event.get("message"), dict):
                 event = {**event, "message": {**event["message"], "model": chunk.get("model")}}
-            return _sse(str(event.get("type")), event)
+            kind = event.get("type")
+            if not (isinstance(kind, str) and EVENT_NAME.fullmatch(kind)):
+                # The adapter refuses such an event; never written as an event: line, whoever passes one on.
+                raise UpstreamError("The upstream sent a stream event whose type is not an event name.")
+            return _sse(kind, event)
         events = []
         if not self.started:
             self.started = True

@@ -26,6 +26,7 @@ from models_catalog import catalog
 from models_catalog.models import Deployment
 from utils_app.db import unavailable_cause
 from utils_app.errors import GatewayError
+from utils_app.logging import one_line
 
 log = logging.getLogger("gateway.routing")
 
@@ -46,7 +47,8 @@ def probe(deployment: Deployment) -> ProbeResult:
     try:
         upstream.adapter_for(deployment).probe(deployment.model.type)
     except GatewayError as exc:
-        return ProbeResult(deployment, False, f"{exc.code}: {exc.message}", False)
+        # The message may be an upstream's (scrubbed, but its own text): one line in the log and the table.
+        return ProbeResult(deployment, False, one_line(f"{exc.code}: {exc.message}"), False)
     except Exception as exc:  # a probe must report, never crash the upkeep thread or the command
         log.warning("probe of deployment %s failed unexpectedly", deployment.pk, exc_info=True)
         return ProbeResult(deployment, False, f"internal_error: {type(exc).__name__}", False)

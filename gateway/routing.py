@@ -41,7 +41,7 @@ from models_catalog import catalog
 from models_catalog.models import AiModel, Deployment
 from utils_app import metrics, shared
 from utils_app.db import release_connection
-from utils_app.errors import COOLDOWN, DISABLE, FAILURE, RateLimited, UpstreamError
+from utils_app.errors import COOLDOWN, DISABLE, FAILURE, SLOW_ANSWER, RateLimited, UpstreamError
 
 log = logging.getLogger("gateway.routing")
 
@@ -257,7 +257,13 @@ def failed(deployment: Deployment, error: Exception) -> None:
                       outcome=outcome_of(error))
     if kind is None and getattr(error, "retry", True):
         return  # not the deployment's doing, and no request of its was counted (not configured, too long)
-    ops = [shared.hincrby(_stats(deployment.pk, _minute()), {"n": 1, "f": 1 if kind else 0}, STATS_TTL)]
+    attempts = 1
+    if kind == SLOW_ANSWER:
+        # A long answer that ran out of time: the request's doing, unless the deployment serves nobody.
+        if _served_lately(deployment):
+            return
+        kind, attempts = FAILURE, 0  # _served_lately counted the attempt
+    ops = [shared.hincrby(_stats(deployment.pk, _minute()), {"n": attempts, "f": 1 if kind else 0}, STATS_TTL)]
     if kind == FAILURE:
         ops.append(shared.incr(_fails(deployment.pk), FAIL_WINDOW))
     answers = shared.run(ops)
@@ -268,6 +274,17 @@ def failed(deployment: Deployment, error: Exception) -> None:
         cool_down(deployment, seconds, why="the upstream's rate limit")
     elif kind == DISABLE:
         disable(deployment, reason=str(error))
+
+
+def _served_lately(deployment: Deployment) -> bool:
+    """Whether the deployment answered any request successfully in this minute or the one before, anywhere
+    in the fleet (this process's successes not yet written are written first). Counts the attempt. With
+    the shared cache unreachable nothing is known: False, so the timeout counts as any other does."""
+    minute = _minute()
+    reads = [shared.hmget(_stats(deployment.pk, minute - back), "tc") for back in range(LATENCY_MINUTES)]
+    writes = pending_writes() + [shared.hincrby(_stats(deployment.pk, minute), {"n": 1}, STATS_TTL)]
+    answers = shared.run(writes + reads)
+    return answers is not None and any(int(tc or 0) for [tc] in answers[len(writes):])
 
 
 def outcome_of(error: Exception) -> str:

@@ -25,7 +25,9 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail, ValidationError
 
+from gateway.json_schemas import check_chat_schemas
 from gateway.local_models import MAX_EMBEDDING_DIMENSIONS
+from utils_app.errors import InvalidRequest
 from utils_app.fastpath import GivenFieldsOnly
 from utils_app.serializers import (
     StrictBooleanField,
@@ -180,7 +182,9 @@ class Tool(serializers.Serializer):
     schema_rules = {"anyOf": [
         {"properties": {"type": _anything_but("function")}},
         {"required": ["function"], "properties": {"function": {
-            "type": "object", "required": ["name"], "properties": {"name": {"type": "string", "minLength": 1}}}}},
+            "type": "object", "required": ["name"], "properties": {"name": {"type": "string", "minLength": 1},
+                                                                   "parameters": {"type": "object",
+                                                                                  "nullable": True}}}}},
     ]}
 
     type = StrictCharField(max_length=40)
@@ -326,7 +330,33 @@ class ChatCompletionRequest(StrictSerializer):
         if attrs.get("stream_options") is not None and not attrs.get("stream"):
             raise ValidationError({"stream_options": [ErrorDetail("stream_options is only allowed with stream: true.",
                                                                   code="invalid")]})
+        count_image_urls(attrs["messages"])
+        if attrs.get("tools") or attrs.get("response_format"):
+            check_chat_schemas(attrs)  # malformed or too large: a 400 before anything is charged or converted
         return attrs
+
+
+def count_image_urls(messages: list) -> None:
+    """At most MAX_CHAT_IMAGE_URLS image parts given by URL: each is fetched (by the gateway for some
+    providers, by the upstream for others), so their number is bounded before the request is charged.
+    Images sent inline (data URLs) are bounded by the request's size instead."""
+    found = 0
+    for index, message in enumerate(messages):
+        content = message.get("content")
+        if type(content) is not list:
+            continue
+        for position, part in enumerate(content):
+            if part.get("type") != "image_url":
+                continue
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            if isinstance(url, str) and not url.startswith("data:"):
+                found += 1
+                if found > settings.MAX_CHAT_IMAGE_URLS:
+                    raise InvalidRequest(
+                        f"messages.{index}.content.{position}: a request may give at most "
+                        f"{settings.MAX_CHAT_IMAGE_URLS} images by URL (MAX_CHAT_IMAGE_URLS); send the others "
+                        f"inline as data URLs, or in another request.", param=f"messages.{index}.content.{position}")
 
 
 # ---------------------------------------------------------------- images

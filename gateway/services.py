@@ -15,6 +15,7 @@ statements and why they cannot lose a credit.
 import base64
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -52,6 +53,8 @@ from utils_app.request_ids import request_id
 
 log = logging.getLogger("gateway.metering")
 T = TypeVar("T")
+# An error code in the request's summary line keeps to letters, digits, _, . and -; the rest becomes _.
+_NOT_IN_A_CODE = re.compile(r"[^\w.-]+")
 
 
 @dataclass
@@ -136,7 +139,9 @@ class Meter:
 
     def _note_attempt(self, deployment: Deployment, error: Exception) -> None:
         if self.line is not None:
-            self.line.attempts.append(f"{deployment.provider.name}#{deployment.pk}:{getattr(error, 'code', 'error')}")
+            # An upstream's code is its text: one word here, as the summary line separates its fields by spaces.
+            code = _NOT_IN_A_CODE.sub("_", str(getattr(error, "code", None) or "error"))
+            self.line.attempts.append(f"{deployment.provider.name}#{deployment.pk}:{code}")
 
     def _upstream_took(self, provider: str, seconds: float) -> None:
         metrics.upstream_called(provider=provider, seconds=seconds)
@@ -150,7 +155,7 @@ class Meter:
         The client gets its answer even when the database refuses this write (it just
         went away): the settlement is tried once more at once, then again in the
         background until the database is back (gateway.sweeper.settle_later), and a
-        charge still pending after LEDGER_STALE_SECONDS is refunded by the sweeper. A
+        charge still pending once its request could no longer run is refunded by the sweeper. A
         fault can cost the service a request, never the client a credit.
         """
         if self.settled:
@@ -195,6 +200,9 @@ class Meter:
             completed = metering.complete(**settle)
             if completed and answer is not None:
                 idempotency.keep_answer(entry=self.entry, **_stored(answer, self.headers()))
+            elif completed and status == CLIENT_CLOSED:
+                # Charged but never finished: a retry is told so rather than replayed (docs/ledger.md).
+                idempotency.note_cut_by_client(entry=self.entry)
         return completed
 
     def _count_success(self, input_tokens: int, output_tokens: int) -> None:
@@ -325,14 +333,30 @@ def _forwarded(params: dict, sent: set) -> dict:
 
 
 def _token_count(usage: dict, name: str, estimate: Callable[[], int]) -> int:
+    """The count the ledger keeps: the upstream's when it is a non-negative integer, else the gateway's
+    estimate; either clamped (metering.clamp_tokens), so that the answer can show what was recorded."""
     value = usage.get(name) if isinstance(usage, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else estimate()
+    usable = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return metering.clamp_tokens(value if usable else estimate())
 
 
 def cached_tokens(usage: dict) -> int:
     """The cached part of the prompt in OpenAI's usage (``prompt_tokens_details.cached_tokens``); 0 when absent."""
     details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
     return _token_count(details, "cached_tokens", lambda: 0) if isinstance(details, dict) else 0
+
+
+def metered_usage(usage: dict, *, input_tokens: int, output_tokens: int, cached: int) -> dict:
+    """OpenAI's usage object of an answer or a stream's usage chunk, showing the counts the ledger keeps
+    (clamped, or estimated where the upstream's could not be used) instead of the upstream's."""
+    shown = {**usage, "prompt_tokens": input_tokens, "completion_tokens": output_tokens,
+             "total_tokens": input_tokens + output_tokens}
+    for name, part, most in (("prompt_tokens_details", "cached_tokens", cached),
+                             ("completion_tokens_details", "reasoning_tokens", output_tokens)):
+        details = usage.get(name)
+        if isinstance(details, dict) and part in details:
+            shown[name] = {**details, part: min(_token_count(details, part, lambda: 0), most)}
+    return shown
 
 
 # ---------------------------------------------------------------- chat
@@ -356,6 +380,9 @@ class ChatDialect:
 
     def answer(self, completion: dict, *, input_tokens: int, output_tokens: int, cached: int) -> dict:
         """The answer's body; the token counts are the ones metered (the upstream's, else the estimates)."""
+        if isinstance(completion.get("usage"), dict):
+            completion["usage"] = metered_usage(completion["usage"], input_tokens=input_tokens,
+                                                output_tokens=output_tokens, cached=cached)
         return completion
 
     def events(self) -> OpenAIEvents:
@@ -392,7 +419,7 @@ def chat_completion(*, request, key: ApiKey, params: dict, dialect: ChatDialect 
                          for choice in completion["choices"] if isinstance(choice, dict))
         input_tokens = _token_count(usage, "prompt_tokens", lambda: count_tokens(prompt_text(params["messages"])))
         output_tokens = _token_count(usage, "completion_tokens", lambda: count_tokens(reply))
-        cached = cached_tokens(usage)
+        cached = min(cached_tokens(usage), input_tokens)  # part of the input, as the ledger keeps it
         outcome = Outcome(headers=meter.headers(), body=dialect.answer(
             completion, input_tokens=input_tokens, output_tokens=output_tokens, cached=cached))
         meter.succeed(input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached, answer=outcome)
@@ -408,7 +435,7 @@ def estimate_chat_tokens(*, key: ApiKey, params: dict) -> int:
 
 
 # The usage status of a stream the client left after output reached it (nginx's "client closed request").
-CLIENT_CLOSED = 499
+CLIENT_CLOSED = idempotency.CUT_BY_CLIENT
 
 
 class ClientClosed(GatewayError):
@@ -426,6 +453,47 @@ def _event(payload) -> bytes:
 DONE = b"data: [DONE]\n\n"
 
 
+class ReplyTokens:
+    """The token count (local_models.count_tokens) of a streamed reply's text, counted as it arrives.
+
+    Text is counted in pieces of about FLUSH_CHARS, each cut just after a character that is no
+    part of a word (a space or a punctuation mark, which no token crosses), so the sum is the count
+    of the whole text; only the unfinished end is held. A piece without any such character (one
+    endless "word") is counted as it is.
+    """
+
+    FLUSH_CHARS = 16384
+    _LAST_BREAK = re.compile(r"\W\w*\Z")
+
+    def __init__(self):
+        self.counted = 0
+        self.pending: list[str] = []
+        self.size = 0
+        self.seen = False  # any text at all: a text of only spaces still counts one token
+
+    def add(self, text: str) -> None:
+        if not text:
+            return
+        self.seen = True
+        self.pending.append(text)
+        self.size += len(text)
+        if self.size >= self.FLUSH_CHARS:
+            held = "".join(self.pending)
+            found = self._LAST_BREAK.search(held)
+            cut = found.start() + 1 if found else len(held)
+            self.counted += self._count(held[:cut])
+            self.pending = [held[cut:]] if cut < len(held) else []
+            self.size = len(held) - cut
+
+    @staticmethod
+    def _count(text: str) -> int:
+        return count_tokens(text) if text and not text.isspace() else 0
+
+    def tokens(self) -> int:
+        total = self.counted + self._count("".join(self.pending))
+        return total or (1 if self.seen else 0)
+
+
 class ChatRelay:
     """The body of a streamed chat response: upstream chunks relayed one by one as they arrive.
 
@@ -433,8 +501,10 @@ class ChatRelay:
     on an upstream failure after the first byte, a refund and one error event
     followed by [DONE]. The WSGI server calls ``close()`` when the client goes
     away (or the response ends), which closes the upstream connection too.
-    With an Idempotency-Key the relayed events are kept (up to the size limit), so a
-    retry is answered with the very same stream.
+    With an Idempotency-Key the relayed events are kept, so a retry is answered with the
+    very same stream, until they pass IDEMPOTENCY_MAX_BODY_BYTES: then none is kept (a
+    retry is told the answer was too large to keep). Of the text only a running token
+    count is kept (``ReplyTokens``): a stream of any length holds a bounded amount.
     """
 
     def __init__(self, *, meter: Meter, upstream: ChunkStream, include_usage: bool, messages: list,
@@ -446,8 +516,9 @@ class ChatRelay:
         self._include_usage = include_usage
         self._messages = messages
         self._usage: dict = {}
-        self._text: list[str] = []
+        self._reply = ReplyTokens()  # the estimate of the output, should the upstream report no usage
         self._sent: list[bytes] | None = [] if meter.claim else None
+        self._sent_bytes = 0
         self._delivered = False  # whether an event was handed to the server for the client
         self._events = self._counted(self._relay())
 
@@ -467,13 +538,15 @@ class ChatRelay:
         model_id = self._meter.model.model_id
         try:
             for chunk in self._upstream:
-                usage = chunk.get("usage")
-                if isinstance(usage, dict):
-                    self._usage = usage
                 for choice in chunk.get("choices") or ():
                     delta = choice.get("delta") if isinstance(choice, dict) else None
                     if isinstance(delta, dict) and isinstance(delta.get("content"), str):
-                        self._text.append(delta["content"])
+                        self._reply.add(delta["content"])
+                usage = chunk.get("usage")
+                if isinstance(usage, dict):
+                    self._usage = usage
+                    # Shown with the counts the settlement records (the usage chunk comes last).
+                    usage = chunk["usage"] = self._metered(usage)
                 if not self._include_usage:
                     if usage and not chunk.get("choices"):
                         continue  # the usage-only chunk the gateway asked for on its own account
@@ -503,16 +576,28 @@ class ChatRelay:
 
     def _keep(self, event: bytes) -> bytes:
         if self._sent is not None:
-            self._sent.append(event)
+            self._sent_bytes += len(event)
+            if self._sent_bytes > settings.IDEMPOTENCY_MAX_BODY_BYTES:
+                self._sent = None  # too large to be stored for a replay: not held any longer either
+            else:
+                self._sent.append(event)
         return event
+
+    def _counts(self, usage: dict) -> tuple[int, int, int]:
+        """(input, output, cached) as the ledger keeps them: the upstream's usage, else the estimates."""
+        input_tokens = _token_count(usage, "prompt_tokens", lambda: count_tokens(prompt_text(self._messages)))
+        return (input_tokens, _token_count(usage, "completion_tokens", self._reply.tokens),
+                min(cached_tokens(usage), input_tokens))
+
+    def _metered(self, usage: dict) -> dict:
+        input_tokens, output_tokens, cached = self._counts(usage)
+        return metered_usage(usage, input_tokens=input_tokens, output_tokens=output_tokens, cached=cached)
 
     def _settle(self, *, status: int = 200, complete: bool = True) -> None:
         """Charge the stream: ``complete`` when the upstream finished it, else ``status`` says how it ended."""
-        reply = "".join(self._text)
+        input_tokens, output_tokens, cached = self._counts(self._usage)
         self._meter.succeed(
-            input_tokens=_token_count(self._usage, "prompt_tokens", lambda: count_tokens(prompt_text(self._messages))),
-            output_tokens=_token_count(self._usage, "completion_tokens", lambda: count_tokens(reply)),
-            cached_tokens=cached_tokens(self._usage),
+            input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached,
             answer=b"".join(self._sent) if self._sent and self._ended else None,
             status=status, upstream_success=complete)
 

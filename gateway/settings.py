@@ -163,6 +163,9 @@ MEDIA_ROOT = DATA_DIR / "media"
 # Requests larger than this get 413 request_too_large before the body is read.
 MAX_REQUEST_BYTES = env_int("MAX_REQUEST_BYTES", 20 * 1024 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES
+# /v1/messages/count_tokens is free: larger bodies get 413 request_too_large before they are parsed, so one
+# request's JSON parsing, translation and token count stay within what refusing a chat request costs.
+COUNT_TOKENS_MAX_BYTES = env_int("COUNT_TOKENS_MAX_BYTES", 2 * 1024 * 1024, minimum=1024)
 # The whole request body must arrive within this long (408 otherwise): a client that sends less
 # than it announced cannot hold a worker's connection (utils_app.middleware.BodySizeLimitMiddleware).
 BODY_READ_SECONDS = env_float("BODY_READ_SECONDS", 30.0, minimum=1.0)
@@ -327,10 +330,24 @@ MAX_CHAT_MESSAGES = env_int("MAX_CHAT_MESSAGES", 2048, minimum=1)
 MAX_EMBEDDING_INPUTS = env_int("MAX_EMBEDDING_INPUTS", 2048, minimum=1, maximum=2048)
 # Inputs x dimensions of one embeddings request (floats computed and sent back).
 MAX_EMBEDDING_VALUES = env_int("MAX_EMBEDDING_VALUES", 1024 * 1024, minimum=4096)
+# Image parts given by http(s) URL in one chat request: each is a fetch, by the gateway or by the upstream.
+MAX_CHAT_IMAGE_URLS = env_int("MAX_CHAT_IMAGE_URLS", 32, minimum=0)
+# Bytes the gateway fetches for one attempt's image URLs, all images together (Gemini takes images inline).
+MAX_IMAGE_FETCH_BYTES = env_int("MAX_IMAGE_FETCH_BYTES", 10 * 1024 * 1024, minimum=64 * 1024)
+# Schema objects of one chat request's JSON schemas (tools' parameters, response format), each $ref inlined.
+MAX_SCHEMA_NODES = env_int("MAX_SCHEMA_NODES", 20000, minimum=100)
+# ... and their size as JSON, each $ref inlined (descriptions and enums repeated with each inlining).
+MAX_SCHEMA_BYTES = env_int("MAX_SCHEMA_BYTES", 2 * 1024 * 1024, minimum=16 * 1024)
 # Largest upstream body read into memory (JSON answers, audio, fetched images, one stream event).
 UPSTREAM_MAX_BYTES = env_int("UPSTREAM_MAX_BYTES", 32 * 1024 * 1024, minimum=64 * 1024)
 # A streamed answer is ended with the contract's error event after this long, however lively.
 STREAM_MAX_SECONDS = env_float("STREAM_MAX_SECONDS", 600.0, minimum=1.0)
+# Whose failure it is (docs/routing.md): a request at most this large (bytes sent plus output tokens asked
+# for, a bound on its tokens) that an upstream refuses on a token limit proves the deployment out of tokens.
+UPSTREAM_SMALL_REQUEST_TOKENS = env_int("UPSTREAM_SMALL_REQUEST_TOKENS", 4096, minimum=1)
+# The slowest output a working deployment writes: a request asking for more tokens than its time carries at
+# this speed asked for a long answer, and its timeout is not held against a deployment that serves others.
+UPSTREAM_MIN_TOKENS_PER_SECOND = env_float("UPSTREAM_MIN_TOKENS_PER_SECOND", 20.0, minimum=0.1)
 # Keep-alive connections kept to each provider host: as many as a worker serves at once.
 UPSTREAM_POOL_SIZE = upstream_pool_size()
 # Upstream pools (docs/routing.md): the most attempts one request makes across its model's deployments,

@@ -168,14 +168,21 @@ class UpstreamError(GatewayError):
     outcome = "failure"  # the attempts metric's word for it
 
 
-# What an upstream error does to the deployment that answered (UpstreamError.health).
-FAILURE, COOLDOWN, DISABLE = "failure", "cooldown", "disable"
+# What an upstream error does to the deployment that answered (UpstreamError.health). SLOW_ANSWER: a timeout
+# of a request that asked for more output than its time could carry, a failure only of a deployment that has
+# served nothing lately (docs/routing.md, "Whose failure is it").
+FAILURE, COOLDOWN, DISABLE, SLOW_ANSWER = "failure", "cooldown", "disable", "slow_answer"
 
 
 class UpstreamTimeout(UpstreamError):
     status = 504
     code = "upstream_timeout"
     outcome = "timeout"
+
+    def __init__(self, message: str, *, health: str | None = None, **kwargs):
+        super().__init__(message, **kwargs)
+        if health is not None:  # SLOW_ANSWER for a request that asked for a long answer; else the class's
+            self.health = health
 
 
 class StreamTooLong(UpstreamTimeout):
@@ -231,6 +238,15 @@ class UpstreamRejected(GatewayError):
     def __init__(self, message: str, *, status: int, **kwargs):
         super().__init__(message, **kwargs)
         self.status = status  # the upstream's own 4xx, passed on
+
+
+class UpstreamDeclined(UpstreamRejected):
+    """A refusal that says more about the request than about the deployment, yet that another deployment
+    may not repeat: a request too large for this deployment's tokens-per-minute limit, a precondition of
+    this deployment's project. The request moves on; the deployment's health is untouched; when no
+    deployment served it, the refusal is passed on like any other (its status, code and message)."""
+
+    retry = True
 
 
 class UnsupportedParameter(InvalidRequest):

@@ -79,7 +79,14 @@ def current_request_id() -> str:
 # What of an error's message the summary keeps: one line (no control characters a client could use
 # to forge another log line), and not a whole essay.
 MAX_ERROR_CHARS = 300
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+
+
+def one_line(text: str) -> str:
+    """``text`` with each run of control characters (line breaks, escape sequences, NUL…) made one space:
+    what a log line, a table row or an event's name may show of text someone else wrote, so that the
+    text cannot end the line and write one of its own."""
+    return _CONTROL.sub(" ", text)
 
 
 def record_error(code: str | None, message: str) -> None:
@@ -92,7 +99,7 @@ def record_error(code: str | None, message: str) -> None:
     """
     line = _current.get()
     if line is not None:
-        line.error = _CONTROL.sub(" ", f"{code}: {message}" if code else message)[:MAX_ERROR_CHARS]
+        line.error = one_line(f"{code}: {message}" if code else message)[:MAX_ERROR_CHARS]
 
 
 def write(line: RequestLine, status: int, *, sent: int | None = None) -> None:
@@ -106,7 +113,7 @@ def write(line: RequestLine, status: int, *, sent: int | None = None) -> None:
     args = (fields["method"], fields["operation"] or "-", fields["model"] or "-", status, fields["credits"],
             fields["input_tokens"], fields["output_tokens"], fields["upstream_ms"], fields["total_ms"],
             fields["key"] or "-", "-" if sent is None else sent, fields["client"] or "-",
-            f" failed_attempts={','.join(line.attempts)}" if line.attempts else "",
+            f" failed_attempts={one_line(','.join(line.attempts))}" if line.attempts else "",
             f" client_request_id={line.client_request_id}" if line.client_request_id else "",
             f' error="{fields["error"]}"' if fields["error"] else "")
     # The record log.info() would make, made directly: logging's search of the stack for the caller

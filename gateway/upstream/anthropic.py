@@ -18,9 +18,19 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from gateway.json_schemas import SchemaWalk
 from gateway.upstream import register
 from gateway.upstream.base import HttpAdapter
-from gateway.upstream.shapes import PASSED_THROUGH, ChunkStream, content_text, data_url, function_call, tool_call_id
+from gateway.upstream.shapes import (
+    EVENT_NAME,
+    PASSED_THROUGH,
+    ChunkStream,
+    content_text,
+    data_url,
+    function_call,
+    tokens_reported,
+    tool_call_id,
+)
 from gateway.upstream.transport import EventStream, Refusal, json_object
 from models_catalog.provider_types import DEFAULT_MAX_TOKENS
 from utils_app.errors import GatewayError, InvalidRequest, UnsupportedParameter, UpstreamError
@@ -33,23 +43,24 @@ FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "pause_turn": "st
 ERROR_STATUSES = {"invalid_request_error": 400, "authentication_error": 401, "billing_error": 402,
                   "permission_error": 403, "not_found_error": 404, "request_too_large": 413,
                   "rate_limit_error": 429, "api_error": 500, "timeout_error": 504, "overloaded_error": 529}
-# Anthropic answers a spent prepaid balance with 400 invalid_request_error and these words.
-NO_CREDIT = re.compile(r"credit balance is too low|billing", re.I)
+# Anthropic's error types that refuse the secret itself, whatever the status they come with. A 400
+# invalid_request_error never does, whatever its words: its message quotes what the client sent (an unknown
+# member, a header's value), so "credit balance is too low" in it may be the client's own text.
+SECRET_REFUSED = {"authentication_error", "billing_error"}
 TOOL_ID_REFUSED = re.compile(r"[^A-Za-z0-9_-]")
 
 
 # ---------------------------------------------------------------- errors
 
 def anthropic_refusal(status: int, content: bytes | str) -> Refusal:
-    """Anthropic's error body, ``{"type": "error", "error": {"type", "message"}}``. A billing error, or the
-    400 that says the credit balance is too low, means the account is out of credit (the secret is disabled)."""
+    """Anthropic's error body, ``{"type": "error", "error": {"type", "message"}}``. Only its type decides what
+    it means for the deployment: an authentication or billing error refuses the secret (it is disabled)."""
     error = (json_object(content) or {}).get("error")
     if not isinstance(error, dict):
         error = {"message": error} if isinstance(error, str) else {}
     message = error["message"] if isinstance(error.get("message"), str) else ""
     kind = error["type"] if isinstance(error.get("type"), str) else None
-    out_of_credit = kind == "billing_error" or (status == 400 and bool(NO_CREDIT.search(message)))
-    return Refusal(message=message, code=kind, out_of_credit=out_of_credit)
+    return Refusal(message=message, code=kind, out_of_credit=kind in SECRET_REFUSED)
 
 
 # ---------------------------------------------------------------- the adapter
@@ -113,6 +124,8 @@ class AnthropicAdapter(HttpAdapter):
                 raise self._stream_error(event, data)
             chunk = stream.translate(event, malformed=self.transport.malformed)
             if passed_through:
+                if not (isinstance(event.get("type"), str) and EVENT_NAME.fullmatch(event["type"])):
+                    raise self.transport.malformed("stream event")  # its type would name the client's event
                 chunk = {**(chunk or {}), PASSED_THROUGH: event}
             if chunk is not None:
                 yield chunk
@@ -152,7 +165,8 @@ def messages_request(payload: dict, *, model: str, max_tokens_default: int) -> d
         request["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
     tools = payload.get("tools")
     if tools:
-        request["tools"] = [tool_definition(tool, index) for index, tool in enumerate(tools)]
+        walk = SchemaWalk()  # the request's schemas, all of them within its limits
+        request["tools"] = [tool_definition(tool, index, walk) for index, tool in enumerate(tools)]
         choice = tool_choice(payload.get("tool_choice"), parallel=payload.get("parallel_tool_calls"))
         if choice:
             request["tool_choice"] = choice
@@ -184,15 +198,15 @@ def _unsupported(param: str, why: str) -> UnsupportedParameter:
     return UnsupportedParameter(f"The parameter '{param}' is not supported for this model: {why}.", param=param)
 
 
-def tool_definition(tool: dict, index: int) -> dict:
+def tool_definition(tool: dict, index: int, walk: SchemaWalk | None = None) -> dict:
     if tool.get("type") != "function":
         raise UnsupportedParameter(f"tools.{index}: tools of type {tool.get('type')!r} are not supported for this "
                                    f"model; only function tools are.", param="tools")
     function = tool["function"]
     schema = function.get("parameters")
-    if schema is not None and not isinstance(schema, dict):
-        raise InvalidRequest(f"tools.{index}.function.parameters must be a JSON schema object.",
-                             param=f"tools.{index}.function.parameters")
+    if schema is not None:
+        # Anthropic resolves the references itself: the schema is checked, and counted as if inlined.
+        (walk or SchemaWalk()).check(schema, f"tools.{index}.function.parameters")
     # Anthropic requires an object schema; a function without parameters takes an empty object.
     schema = {"type": "object", **(schema or {"properties": {}})}
     found = {"name": function["name"], "input_schema": schema}
@@ -349,16 +363,20 @@ def usage(counts) -> dict | None:
     cache and the ones written to it included (Anthropic's input_tokens counts only the rest)."""
     if not isinstance(counts, dict):
         return None
-
-    def count(name: str) -> int:
-        value = counts.get(name)
-        return value if type(value) is int and value >= 0 else 0
-
-    cached = count("cache_read_input_tokens")
-    prompt = count("input_tokens") + cached + count("cache_creation_input_tokens")
-    output = count("output_tokens")
-    return {"prompt_tokens": prompt, "completion_tokens": output, "total_tokens": prompt + output,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+    # A count sent but unusable (negative, fractional, text) leaves its total out, and the gateway's estimate
+    # is metered instead (docs/hardening.md); the metering clamps what is left (gateway.services).
+    cached, fresh, written, output = (tokens_reported(counts, name) for name in (
+        "cache_read_input_tokens", "input_tokens", "cache_creation_input_tokens", "output_tokens"))
+    counted = {}
+    if None not in (cached, fresh, written):
+        counted["prompt_tokens"] = fresh + cached + written
+    if output is not None:
+        counted["completion_tokens"] = output
+    if len(counted) == 2:
+        counted["total_tokens"] = counted["prompt_tokens"] + output
+    if cached is not None:
+        counted["prompt_tokens_details"] = {"cached_tokens": cached}
+    return counted
 
 
 def _blocks(body: dict, malformed) -> list[dict]:

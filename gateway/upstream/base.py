@@ -89,11 +89,20 @@ class HttpAdapter:
         raise self.unsupported("image")
 
 
+# OpenAI's error codes and types that refuse the secret itself, whatever the status they come with:
+# ``insufficient_quota`` (sent with 429) says the account is out of credit.
+SECRET_REFUSED = {"insufficient_quota", "invalid_api_key"}
+
+
 def openai_refusal(content: bytes) -> Refusal:
-    """OpenAI's error body; ``insufficient_quota`` (sent with 429) means the account is out of credit."""
+    """OpenAI's error body. Only its code and type decide what it means for the deployment (the message may
+    quote the request): ``insufficient_quota`` or ``invalid_api_key`` refuse the secret; a 429 of type
+    ``tokens`` (a tokens-per-minute or per-day limit; ``rate_limit_exceeded`` is its code) is a limit the
+    request's own size counts against."""
     error = (json_object(content) or {}).get("error")
     if not isinstance(error, dict):
         error = {"message": error} if isinstance(error, str) else {}
     text = {name: error[name] for name in ("message", "code", "param", "type") if isinstance(error.get(name), str)}
     return Refusal(message=text.get("message", ""), code=text.get("code"), param=text.get("param"),
-                   out_of_credit="insufficient_quota" in (text.get("code"), text.get("type")))
+                   out_of_credit=bool(SECRET_REFUSED & {text.get("code"), text.get("type")}),
+                   token_limit=text.get("type", "").startswith("tokens"))

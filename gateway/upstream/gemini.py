@@ -16,7 +16,6 @@ assistant message that made the call, which the client sends along with the resu
 import base64
 import json
 import math
-import re
 import struct
 import time
 import uuid
@@ -24,10 +23,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from django.conf import settings
+
+from gateway.json_schemas import MAX_DEPTH, Schema, SchemaWalk
 from gateway.upstream import register
 from gateway.upstream.base import HttpAdapter
-from gateway.upstream.shapes import ChunkStream, content_text, data_url, function_call, tool_call_id
-from gateway.upstream.transport import EventStream, HttpTransport, Refusal, json_object
+from gateway.upstream.shapes import ChunkStream, content_text, data_url, function_call, tokens_reported, tool_call_id
+from gateway.upstream.transport import AnswerTooLarge, EventStream, HttpTransport, Refusal, json_object, note_fetched
 from utils_app.errors import (
     GatewayError,
     InvalidRequest,
@@ -49,14 +51,15 @@ SCHEMA_TYPES = {"string": "STRING", "number": "NUMBER", "integer": "INTEGER", "b
 SCHEMA_FORMATS = {"STRING": {"enum", "date-time"}, "INTEGER": {"int32", "int64"}, "NUMBER": {"float", "double"}}
 SCHEMA_KEPT = ("description", "minimum", "maximum", "minItems", "maxItems", "minLength", "maxLength", "pattern",
                "minProperties", "maxProperties")
-# How deep a $ref may be followed: a recursive schema is cut off rather than inlined for ever.
-SCHEMA_MAX_DEPTH = 16
 AUDIO_FORMATS = {"wav": "audio/wav", "mp3": "audio/mp3"}
-# A Google error body's status or message that says the project cannot be served at all: its key or its
-# billing. Google answers an invalid key with 400 API_KEY_INVALID, not 401.
-KEY_REFUSED = {"API_KEY_INVALID", "API_KEY_EXPIRED", "API_KEY_SERVICE_BLOCKED"}
-NO_CREDIT = re.compile(r"prepay|credits? (?:are|is|have been) (?:depleted|exhausted)|credit balance|"
-                       r"billing (?:is )?not (?:enabled|active)|enable billing|billing account", re.I)
+# The reasons of Google's ErrorInfo detail that say the key or its project cannot be served at all: its key,
+# its billing, the API on its project. Google answers an invalid key with 400 API_KEY_INVALID, not 401. Only
+# these machine-readable fields decide: a message may quote the request (docs/routing.md).
+SECRET_REFUSED = {"API_KEY_INVALID", "API_KEY_EXPIRED", "API_KEY_SERVICE_BLOCKED", "API_KEY_IP_ADDRESS_BLOCKED",
+                  "API_KEY_HTTP_REFERRER_BLOCKED", "BILLING_DISABLED", "CONSUMER_SUSPENDED", "CONSUMER_INVALID",
+                  "SERVICE_DISABLED"}
+ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+QUOTA_FAILURE = "type.googleapis.com/google.rpc.QuotaFailure"
 
 
 # ---------------------------------------------------------------- errors
@@ -69,28 +72,34 @@ class GeminiRefusal(Refusal):
 def gemini_refusal(status: int, content: bytes | str) -> GeminiRefusal:
     """Google's error body, ``{"error": {"code", "message", "status", "details": [...]}}``.
 
-    A refused key (whatever the HTTP status: an invalid one comes as 400), a project without
-    billing (FAILED_PRECONDITION: also the "not available in your location" refusal, which no
-    request can fix either) and spent prepaid credit disable the secret; RESOURCE_EXHAUSTED
-    otherwise is a rate limit, even when its message says "quota" (Google's per-minute limits do).
+    Only machine-readable fields decide what it means for the deployment. An ErrorInfo reason that
+    refuses the key or its project (whatever the HTTP status: an invalid key comes as 400), or the
+    status UNAUTHENTICATED or PERMISSION_DENIED, disables the secret. FAILED_PRECONDITION (no billing
+    in the project's country, but also a file of the request not ready yet) is declined: the request
+    moves on and the deployment's health is untouched. RESOURCE_EXHAUSTED is a rate limit, even when its
+    message says "quota"; with a QuotaFailure on a token metric, a limit the request's size counts against.
     """
     error = (json_object(content) or {}).get("error")
     if not isinstance(error, dict):
         error = {"message": error} if isinstance(error, str) else {}
     message = error["message"] if isinstance(error.get("message"), str) else ""
     state = error["status"] if isinstance(error.get("status"), str) else ""
-    reasons, delay = set(), None
+    reasons, delay, token_limit = set(), None, False
     for detail in error.get("details") if isinstance(error.get("details"), list) else ():
         if not isinstance(detail, dict):
             continue
-        if isinstance(detail.get("reason"), str):
+        if detail.get("@type") == ERROR_INFO and isinstance(detail.get("reason"), str):
             reasons.add(detail["reason"])
+        if detail.get("@type") == QUOTA_FAILURE and isinstance(detail.get("violations"), list):
+            token_limit = token_limit or any(
+                "token" in str(violation.get(name, "")).lower() for violation in detail["violations"]
+                if isinstance(violation, dict) for name in ("quotaMetric", "quotaId"))
         if isinstance(detail.get("retryDelay"), str):
             delay = _seconds(detail["retryDelay"])
-    refused_key = bool(reasons & KEY_REFUSED) or state in ("UNAUTHENTICATED", "PERMISSION_DENIED")
-    no_credit = state == "FAILED_PRECONDITION" or bool(NO_CREDIT.search(message))
+    refused = bool(reasons & SECRET_REFUSED) or state in ("UNAUTHENTICATED", "PERMISSION_DENIED")
     return GeminiRefusal(message=message, code=(state.lower() or None) if status != 429 else None,
-                         out_of_credit=refused_key or no_credit, retry_delay=delay)
+                         out_of_credit=refused, token_limit=token_limit,
+                         declined=state == "FAILED_PRECONDITION" and not refused, retry_delay=delay)
 
 
 def _seconds(duration: str) -> float | None:
@@ -188,16 +197,38 @@ class GeminiAdapter(HttpAdapter):
 
         Gemini's fileData takes only URIs of Google's own Files API (and a few hosts), so
         any other URL has to travel as bytes. The fetch is SSRF-checked like every image
-        fetch (transport.fetch_image) and counts against the attempt's deadline. A URL that
-        cannot be used is the client's fault (400), never the deployment's.
+        fetch, on public addresses only (transport.fetch_image with ``client``), and counts
+        against the attempt's deadline. The attempt's images together may come to
+        MAX_IMAGE_FETCH_BYTES: the fetch that would pass it stops there (before reading the
+        body when its Content-Length says so). A URL that cannot be used is the client's
+        fault (400, refunded), never the deployment's.
         """
+        left = settings.MAX_IMAGE_FETCH_BYTES - self._image_bytes
+        limit = min(left, settings.UPSTREAM_MAX_BYTES)
+        too_many = InvalidRequest(f"The images this request gives by URL come to more than "
+                                  f"{settings.MAX_IMAGE_FETCH_BYTES} bytes (MAX_IMAGE_FETCH_BYTES), the most this "
+                                  f"gateway fetches for one request; the one at {where} passed it. Send smaller "
+                                  f"images, or fewer.", param=where)
+        if left <= 0:
+            raise too_many
         try:
-            content, content_type = self.transport.fetch_image(url)
+            content, content_type = self.transport.fetch_image(url, limit=limit, client=True)
+        except AnswerTooLarge:
+            if limit < left:
+                raise InvalidRequest(f"The image at {where} is larger than {limit} bytes (UPSTREAM_MAX_BYTES), the "
+                                     f"largest image this gateway fetches.", param=where) from None
+            raise too_many from None
         except UpstreamError:
             raise InvalidRequest(f"The image at {where} could not be fetched: it must be a public http(s) URL of a "
                                  f"PNG, JPEG, WebP or GIF image, answering within the request's time.",
                                  param=where) from None
-        return {"inlineData": {"mimeType": content_type, "data": base64.b64encode(content).decode("ascii")}}
+        self._image_bytes += len(content)
+        note_fetched(len(content))
+        data = base64.b64encode(content).decode("ascii")
+        del content  # only the base64 travels on
+        return {"inlineData": {"mimeType": content_type, "data": data}}
+
+    _image_bytes = 0  # fetched by this adapter, which serves one attempt
 
 
 # ---------------------------------------------------------------- the request
@@ -205,16 +236,19 @@ class GeminiAdapter(HttpAdapter):
 def generate_request(payload: dict, fetch_image: Callable[[str, str], dict]) -> dict:
     """A GenerateContentRequest for an OpenAI-shaped chat request; a parameter Gemini cannot honour raises."""
     refuse_unsupported(payload)
+    walk = SchemaWalk()  # the request's schemas, all of them within its limits
+    tools = payload.get("tools")
+    declarations = [declaration(tool, index, walk) for index, tool in enumerate(tools)] if tools else []
+    config = generation_config(payload, walk)
+    # The schemas first: a request they refuse is refused before any of its images is fetched.
     system, contents = conversation(payload["messages"], fetch_image)
     request: dict = {"contents": contents}
     if system:
         request["systemInstruction"] = {"parts": system}
-    tools = payload.get("tools")
-    if tools:
-        request["tools"] = [{"functionDeclarations": [declaration(tool, index) for index, tool in enumerate(tools)]}]
+    if declarations:
+        request["tools"] = [{"functionDeclarations": declarations}]
     if payload.get("tool_choice") is not None:
         request["toolConfig"] = {"functionCallingConfig": calling_config(payload["tool_choice"])}
-    config = generation_config(payload)
     if config:
         request["generationConfig"] = config
     return request
@@ -235,7 +269,7 @@ def _unsupported(param: str, why: str) -> UnsupportedParameter:
     return UnsupportedParameter(f"The parameter '{param}' is not supported for this model: {why}.", param=param)
 
 
-def generation_config(payload: dict) -> dict:
+def generation_config(payload: dict, walk: SchemaWalk | None = None) -> dict:
     config = {}
     for ours, theirs in (("temperature", "temperature"), ("top_p", "topP"), ("seed", "seed"),
                          ("presence_penalty", "presencePenalty"), ("frequency_penalty", "frequencyPenalty")):
@@ -255,11 +289,11 @@ def generation_config(payload: dict) -> dict:
             config["logprobs"] = payload["top_logprobs"]
     response_format = payload.get("response_format")
     if response_format:
-        config.update(response_config(response_format))
+        config.update(response_config(response_format, walk))
     return config
 
 
-def response_config(response_format: dict) -> dict:
+def response_config(response_format: dict, walk: SchemaWalk | None = None) -> dict:
     kind = response_format.get("type")
     if kind == "text":
         return {}
@@ -271,7 +305,7 @@ def response_config(response_format: dict) -> dict:
         if schema is not None and not isinstance(schema, dict):
             raise InvalidRequest("response_format.json_schema.schema must be a JSON schema object.",
                                  param="response_format")
-        converted = gemini_schema(schema) if schema else {}
+        converted = gemini_schema(schema, walk, "response_format.json_schema.schema") if schema else {}
         if converted.get("type") == "OBJECT" and not converted.get("properties"):
             converted = {}  # Gemini refuses an object schema without properties; JSON is still asked for
         return {"responseMimeType": "application/json", **({"responseSchema": converted} if converted else {})}
@@ -280,7 +314,7 @@ def response_config(response_format: dict) -> dict:
 
 # -- tools
 
-def declaration(tool: dict, index: int) -> dict:
+def declaration(tool: dict, index: int, walk: SchemaWalk | None = None) -> dict:
     if tool.get("type") != "function":
         raise UnsupportedParameter(f"tools.{index}: tools of type {tool.get('type')!r} are not supported for this "
                                    f"model; only function tools are.", param="tools")
@@ -292,7 +326,7 @@ def declaration(tool: dict, index: int) -> dict:
     if parameters is not None and not isinstance(parameters, dict):
         raise InvalidRequest(f"tools.{index}.function.parameters must be a JSON schema object.",
                              param=f"tools.{index}.function.parameters")
-    schema = gemini_schema(parameters) if parameters else {}
+    schema = gemini_schema(parameters, walk, f"tools.{index}.function.parameters") if parameters else {}
     # A function without parameters has none at all for Gemini: it refuses an object without properties.
     if schema.get("properties"):
         found["parameters"] = schema
@@ -311,26 +345,34 @@ def calling_config(choice) -> dict:
     return {"mode": "ANY", "allowedFunctionNames": [function["name"]]}
 
 
-def gemini_schema(schema: dict, defs: dict | None = None, depth: int = 0) -> dict:
+def gemini_schema(schema: dict, walk: SchemaWalk | None = None, where: str = "schema") -> dict:
     """A JSON Schema as Gemini's Schema object, an OpenAPI 3.0 subset: upper-case types, ``nullable``
     instead of a "null" type, ``$ref`` inlined, ``anyOf`` for ``oneOf`` and several types, and what
-    Gemini refuses (additionalProperties, $schema, const on a non-string…) left out."""
+    Gemini refuses (additionalProperties, $schema, const on a non-string…) left out.
+
+    ``walk`` is the request's (gateway.json_schemas): a malformed schema is a 400 naming the member
+    (``where`` is the schema's place in the request), and every object made here counts against the
+    request's limits, so however the references fan out the inlining stops at them with a 400."""
+    walk = walk or SchemaWalk()
+    return _gemini_schema(schema, walk.schema(schema, where), 0)
+
+
+def _gemini_schema(schema, document: Schema, depth: int) -> dict:
+    document.produced(schema)
     if not isinstance(schema, dict):
         return {}
-    if defs is None:
-        defs = {**(schema.get("definitions") or {}), **(schema.get("$defs") or {})}
-    if depth > SCHEMA_MAX_DEPTH:
+    if depth > MAX_DEPTH:  # a recursive schema is cut off rather than inlined for ever
         return {"type": "OBJECT"}
     ref = schema.get("$ref")
     if isinstance(ref, str):
-        target = defs.get(ref.rsplit("/", 1)[-1])
+        target = document.resolve(ref)
         rest = {key: value for key, value in schema.items() if key != "$ref"}
-        return gemini_schema({**(target if isinstance(target, dict) else {}), **rest}, defs, depth + 1)
+        return _gemini_schema({**(target if isinstance(target, dict) else {}), **rest}, document, depth + 1)
     if isinstance(schema.get("allOf"), list):
         # Gemini has no allOf: the parts are merged into one schema (their properties and requirements joined).
-        out = gemini_schema({key: value for key, value in schema.items() if key != "allOf"}, defs, depth + 1)
+        out = _gemini_schema({key: value for key, value in schema.items() if key != "allOf"}, document, depth + 1)
         for part in schema["allOf"]:
-            part = gemini_schema(part, defs, depth + 1)
+            part = _gemini_schema(part, document, depth + 1)
             properties = {**part.pop("properties", {}), **out.pop("properties", {})}
             required = list(dict.fromkeys([*part.pop("required", []), *out.pop("required", [])]))
             part.pop("propertyOrdering", None)
@@ -352,13 +394,13 @@ def gemini_schema(schema: dict, defs: dict | None = None, depth: int = 0) -> dic
         out["nullable"] = True
     kinds = [kind for kind in kinds if kind != "null"]
     if isinstance(choices, list):
-        options = [gemini_schema(option, defs, depth + 1) for option in choices if option != {"type": "null"}]
+        options = [_gemini_schema(option, document, depth + 1) for option in choices if option != {"type": "null"}]
         if len(options) == 1:
             out.update(options[0])
         elif options:
             out["anyOf"] = options
     if len(kinds) > 1:
-        out["anyOf"] = [gemini_schema({**schema, "type": kind}, defs, depth + 1) for kind in kinds]
+        out["anyOf"] = [_gemini_schema({**schema, "type": kind}, document, depth + 1) for kind in kinds]
         return out
     if kinds:
         out["type"] = SCHEMA_TYPES.get(kinds[0], "STRING")
@@ -377,7 +419,7 @@ def gemini_schema(schema: dict, defs: dict | None = None, depth: int = 0) -> dic
     if schema.get("format") in SCHEMA_FORMATS.get(out.get("type"), ()):
         out["format"] = schema["format"]
     if isinstance(schema.get("properties"), dict):
-        properties = {name: gemini_schema(value, defs, depth + 1) for name, value in schema["properties"].items()}
+        properties = {name: _gemini_schema(value, document, depth + 1) for name, value in schema["properties"].items()}
         if properties:
             out["properties"] = properties
             out.setdefault("type", "OBJECT")
@@ -390,7 +432,7 @@ def gemini_schema(schema: dict, defs: dict | None = None, depth: int = 0) -> dic
     if isinstance(items, list):
         items = items[0] if items else None  # tuple validation: Gemini has one item schema
     if isinstance(items, dict):
-        out["items"] = gemini_schema(items, defs, depth + 1)
+        out["items"] = _gemini_schema(items, document, depth + 1)
         out.setdefault("type", "ARRAY")
     return out
 
@@ -546,17 +588,23 @@ def usage(meta) -> dict | None:
     OpenAI counts reasoning tokens and as Google bills them (at the output price)."""
     if not isinstance(meta, dict):
         return None
-
-    def count(name: str) -> int:
-        value = meta.get(name)
-        return value if type(value) is int and value >= 0 else 0
-
-    prompt = count("promptTokenCount") + count("toolUsePromptTokenCount")
-    thoughts = count("thoughtsTokenCount")
-    completion_tokens = count("candidatesTokenCount") + thoughts
-    return {"prompt_tokens": prompt, "completion_tokens": completion_tokens, "total_tokens": prompt + completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": count("cachedContentTokenCount")},
-            "completion_tokens_details": {"reasoning_tokens": thoughts}}
+    # Google leaves out a count of 0. One sent but unusable (negative, fractional) leaves its total out, and
+    # the gateway's estimate is metered instead (docs/hardening.md); the metering clamps what is left.
+    prompt, tools, thoughts, candidates, cached = (tokens_reported(meta, name) for name in (
+        "promptTokenCount", "toolUsePromptTokenCount", "thoughtsTokenCount", "candidatesTokenCount",
+        "cachedContentTokenCount"))
+    counted = {}
+    if None not in (prompt, tools):
+        counted["prompt_tokens"] = prompt + tools
+    if None not in (candidates, thoughts):
+        counted["completion_tokens"] = candidates + thoughts
+    if len(counted) == 2:
+        counted["total_tokens"] = counted["prompt_tokens"] + counted["completion_tokens"]
+    if cached is not None:
+        counted["prompt_tokens_details"] = {"cached_tokens": cached}
+    if thoughts is not None:
+        counted["completion_tokens_details"] = {"reasoning_tokens": thoughts}
+    return counted
 
 
 def blocked(body: dict) -> UpstreamRejected | None:

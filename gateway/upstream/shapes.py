@@ -11,6 +11,16 @@ from utils_app.errors import InvalidRequest, UpstreamError
 DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)(?:;[^,;]*)*;base64,(?P<data>.*)\Z", re.S)
 
 
+def tokens_reported(counts: dict, name: str) -> int | None:
+    """A token count of an upstream's usage as reported: 0 when left out, None when sent but unusable
+    (negative, fractional, text, a boolean), which makes the metering use its own estimate instead.
+    Only the metering clamps a count (gateway.services), once, for the ledger and the answer alike."""
+    value = counts.get(name)
+    if value is None:
+        return 0
+    return value if type(value) is int and value >= 0 else None
+
+
 @dataclass(frozen=True)
 class Image:
     content: bytes
@@ -65,6 +75,9 @@ class ChunkStream:
 # Messages request to an anthropic deployment, gateway.messages): the provider's own answer or event,
 # which the client gets as it is; the rest of the object is its translation, for the metering.
 PASSED_THROUGH = "passed_through"
+# The type of a passed-through event, which names it on its ``event:`` line: a plain name, or the event is
+# refused (a line break in it would end the line, and what follows would be an event of the upstream's making).
+EVENT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,99}")
 
 
 def commits(chunk: dict) -> bool:

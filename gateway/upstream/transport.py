@@ -6,14 +6,19 @@ Every adapter (one module per provider type in this package) talks through an
 Nothing an upstream sends is trusted (docs/hardening.md): a body is read whole only up
 to UPSTREAM_MAX_BYTES, a call ends at its deadline however slowly the bytes drip, a
 stream ends after STREAM_MAX_SECONDS, a redirect is never followed, no secret the
-gateway holds is passed on in upstream text, and an image URL is fetched only from the
-provider's own host or from a public address.
+gateway holds is passed on in upstream text, and an image URL is fetched only from a public
+address (or, for an image URL the upstream itself handed out, from the provider's own host).
 """
+import base64
+import ctypes
+import ctypes.util
 import email.utils
+import functools
 import ipaddress
 import json
 import logging
 import os
+import re
 import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -22,19 +27,22 @@ from urllib.parse import urljoin, urlsplit
 
 import requests
 from django.conf import settings
+from django.core.signals import request_finished
 
 from models_catalog.catalog import secret_env_allowed
 from utils_app.errors import (
     GatewayError,
     StreamTooLong,
+    SLOW_ANSWER,
     UpstreamCredentialRejected,
+    UpstreamDeclined,
     UpstreamError,
     UpstreamRateLimited,
     UpstreamRejected,
     UpstreamTimeout,
 )
 from utils_app.http import TRANSPORT_ERRORS, Answer, Upstreams, is_timeout, timeouts
-from utils_app.logging import current_request_id
+from utils_app.logging import current_request_id, one_line
 
 log = logging.getLogger("gateway.upstream")
 
@@ -57,6 +65,10 @@ MAX_RETRY_AFTER = 300
 # Shorter values are not looked for in upstream text: replacing every "1" or "abc" would garble it,
 # and a secret that short protects nothing anyway.
 MIN_SCRUBBED_SECRET = 8
+# How far past MAX_UPSTREAM_MESSAGE the scrubber reads: a character of a quoted secret's base64 may take up
+# to 19 (percent-encoded, then split by escaped line breaks), so this covers a secret of some 300 characters
+# begun just before the cut, however it is written out.
+SCRUB_LOOKAHEAD = 8192
 
 
 class Deadline:
@@ -85,12 +97,43 @@ class Reply:
 
 @dataclass(frozen=True)
 class Refusal:
-    """What an adapter read from its protocol's error body: the message and how to treat it."""
+    """What an adapter read from its protocol's error body: the message and how to treat it.
+
+    The flags come only from the protocol's machine-readable fields (an error type or code, a
+    status word, a reason), never from the message's words: an upstream's message may quote the
+    request, so words in it are the client's to choose (docs/routing.md, "Whose failure is it").
+    """
 
     message: str = ""
     code: str | None = None
     param: str | None = None
-    out_of_credit: bool = False  # the account has no quota or credit (disables the secret)
+    out_of_credit: bool = False  # the secret is refused, or its account has no quota or credit: disabled
+    token_limit: bool = False  # a 429 of a limit on tokens, which the request's own size counts against
+    declined: bool = False  # a refusal another deployment may not repeat: the request moves on, no health change
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What a request asked of the upstream, read from the body as sent: its size in bytes (no token of it
+    is smaller than a byte, so this bounds its input tokens from above) and the output tokens it allows."""
+
+    body_bytes: int = 0
+    output_tokens: int = 0
+
+    @property
+    def token_bound(self) -> int:
+        return self.body_bytes + self.output_tokens
+
+
+def requested_output(payload: dict) -> int:
+    """The output tokens a request allows, in any of the protocols sent upstream (OpenAI's max_completion_tokens
+    or max_tokens times n, Anthropic's max_tokens, Gemini's maxOutputTokens times candidateCount); 0 if unsaid."""
+    config = payload.get("generationConfig") if isinstance(payload.get("generationConfig"), dict) else {}
+    limit = payload.get("max_completion_tokens") or payload.get("max_tokens") or config.get("maxOutputTokens")
+    choices = payload.get("n") or config.get("candidateCount") or 1
+    if type(limit) is not int or type(choices) is not int:
+        return 0
+    return max(limit, 0) * max(choices, 1)
 
 
 # The error body reader an adapter gives its transport: (status, body) -> Refusal.
@@ -127,6 +170,7 @@ class HttpTransport:
         self.secret = secret
         self.read_error = read_error
         self.deadline = deadline or Deadline(timeout)
+        self.demand = Demand()  # what the last request sent asked for (whose failure a refusal or timeout is)
 
     # -- calls
 
@@ -176,9 +220,11 @@ class HttpTransport:
         if stream:
             # A compressed event stream would sit in the decompressor instead of flowing.
             headers.update({"Accept": "text/event-stream", "Accept-Encoding": "identity"})
+        data = json.dumps(payload)
+        self.demand = Demand(len(data), requested_output(payload))
         try:
             # The body is read here, by read(), under the size cap.
-            return _upstreams.post(self.base_url, self._url(path), data=json.dumps(payload), headers=headers,
+            return _upstreams.post(self.base_url, self._url(path), data=data, headers=headers,
                                    timeout=self.deadline.timeouts())
         except TRANSPORT_ERRORS as exc:
             raise self.transport_error(exc) from None
@@ -229,11 +275,17 @@ class HttpTransport:
         if status in (401, 402, 403) or refusal.out_of_credit:
             return UpstreamCredentialRejected(f"The upstream provider '{self.name}' refused this gateway's "
                                               f"credentials or has no credit left (HTTP {status}).")
+        if 400 <= status < 500 and (refusal.declined or status == 429 and refusal.token_limit
+                                    and self._too_large_for_a_token_limit(headers)):
+            return UpstreamDeclined(self.clean(refusal.message) or f"The upstream refused the request (HTTP {status}).",
+                                    status=status, code=self.clean_code(refusal.code)
+                                    or ("rate_limit_exceeded" if status == 429 else "upstream_rejected"),
+                                    param=one_line(self.clean(refusal.param))[:200] if refusal.param else None)
         if status == 429:
             retry_after = retry_after_seconds(headers.get("Retry-After", ""))
             return UpstreamRateLimited(self.clean(refusal.message) or f"The upstream provider '{self.name}' is "
                                                                       f"rate limiting this gateway.",
-                                       code=self.clean(refusal.code or "")[:64] or "rate_limit_exceeded",
+                                       code=self.clean_code(refusal.code) or "rate_limit_exceeded",
                                        cooldown_seconds=retry_after,
                                        headers={"Retry-After": str(int(retry_after))} if retry_after else {})
         if status == 408:
@@ -241,24 +293,52 @@ class HttpTransport:
         if status >= 500 or status == 404:
             return UpstreamError(f"The upstream provider '{self.name}' failed (HTTP {status}).")
         return UpstreamRejected(self.clean(refusal.message) or f"The upstream rejected the request (HTTP {status}).",
-                                status=status, code=self.clean(refusal.code or "")[:64] or "upstream_rejected",
-                                param=self.clean(refusal.param)[:200] if refusal.param else None)
+                                status=status, code=self.clean_code(refusal.code) or "upstream_rejected",
+                                param=one_line(self.clean(refusal.param))[:200] if refusal.param else None)
+
+    def _too_large_for_a_token_limit(self, headers: Mapping[str, str]) -> bool:
+        """Whether a 429 of a token limit is the request's: it may hold more tokens than a small request
+        (UPSTREAM_SMALL_REQUEST_TOKENS), and the upstream does not say that it has fewer than that left
+        (OpenAI's and Azure's x-ratelimit-remaining-tokens): it could still serve a small request."""
+        small = settings.UPSTREAM_SMALL_REQUEST_TOKENS
+        if self.demand.token_bound <= small:
+            return False  # even a small request was refused: the deployment is out of tokens
+        remaining = next((str(value).strip() for name, value in headers.items()
+                          if name.lower() == "x-ratelimit-remaining-tokens"), "")
+        return not (remaining.isdigit() and int(remaining) < small)
 
     def clean(self, text: str) -> str:
         """Upstream text made fit to pass on: this provider's address and every secret the gateway
-        holds taken out (an upstream may quote the Authorization header it was sent), then cut."""
-        return scrub(text, self.secret, self.base_url)[:MAX_UPSTREAM_MESSAGE]
+        holds taken out (an upstream may quote the Authorization header it was sent), then cut.
 
-    def too_large(self, limit: int) -> UpstreamError:
-        return UpstreamError(f"The upstream provider '{self.name}' sent an answer larger than {limit} bytes.")
+        Only the start that can reach the client is scrubbed, with room past the cut for a secret that
+        begins before it however it is written out (SCRUB_LOOKAHEAD): a 64 KiB error body would cost
+        the scrubber tens of milliseconds for text nobody sees."""
+        return scrub(text[:MAX_UPSTREAM_MESSAGE + SCRUB_LOOKAHEAD], self.secret, self.base_url)[:MAX_UPSTREAM_MESSAGE]
 
-    def timed_out(self) -> UpstreamTimeout:
-        return UpstreamTimeout(f"The upstream provider '{self.name}' did not answer within "
-                               f"{self.deadline.seconds:g} seconds.")
+    def clean_code(self, code: str | None) -> str:
+        """An upstream's error code, scrubbed and on one line: it is passed on as the error's code and named
+        in the request's summary line (failed_attempts)."""
+        return one_line(self.clean(code or ""))[:64].strip()
 
-    def transport_error(self, exc: BaseException) -> UpstreamError:
+    def too_large(self, limit: int) -> "AnswerTooLarge":
+        return AnswerTooLarge(f"The upstream provider '{self.name}' sent an answer larger than {limit} bytes.",
+                              limit=limit)
+
+    def timed_out(self, *, connected: bool = True, seconds: float | None = None) -> UpstreamTimeout:
+        """A timeout, and whose it is: one that struck before a connection was made is the deployment's;
+        one that struck while the upstream was writing an answer the request allowed to be longer than
+        ``seconds`` (the attempt's deadline, or a stream's longest silence) could carry at
+        UPSTREAM_MIN_TOKENS_PER_SECOND is the request's unless the deployment serves nothing else
+        (SLOW_ANSWER, applied by gateway.routing)."""
+        seconds = self.deadline.seconds if seconds is None else seconds
+        long_answer = self.demand.output_tokens > seconds * settings.UPSTREAM_MIN_TOKENS_PER_SECOND
+        return UpstreamTimeout(f"The upstream provider '{self.name}' did not answer within {seconds:g} seconds.",
+                               health=SLOW_ANSWER if connected and long_answer else None)
+
+    def transport_error(self, exc: BaseException, *, seconds: float | None = None) -> UpstreamError:
         if is_timeout(exc):
-            return self.timed_out()
+            return self.timed_out(connected=not isinstance(exc, requests.ConnectTimeout), seconds=seconds)
         return UpstreamError(f"The upstream provider '{self.name}' could not be reached "
                              f"({exc.__class__.__name__}).")
 
@@ -267,14 +347,17 @@ class HttpTransport:
 
     # -- images handed out by URL
 
-    def fetch_image(self, url: str) -> tuple[bytes, str]:
-        """Download an image the upstream handed out by URL, so the URL the client gets is ours.
+    def fetch_image(self, url: str, *, limit: int | None = None, client: bool = False) -> tuple[bytes, str]:
+        """Download an image by URL: one the upstream handed out (so the URL the client gets is ours), or
+        with ``client`` one a client gave, for an upstream that takes images inline only.
 
         No secret goes with it: the image may live on a third-party host. Redirects are
-        followed by hand, each hop checked like the first (``_check_image_url``).
+        followed by hand, each hop checked like the first (``_check_image_url``). At most
+        ``limit`` bytes are read (UPSTREAM_MAX_BYTES unless told): more is AnswerTooLarge,
+        before a byte of the body is read when its Content-Length says so.
         """
         for _ in range(MAX_IMAGE_REDIRECTS + 1):
-            self._check_image_url(url)
+            self._check_image_url(url, client=client)
             try:
                 response = _upstreams.session(self.base_url).get(
                     url, timeout=self.deadline.timeouts(), stream=True, allow_redirects=False)
@@ -287,21 +370,24 @@ class HttpTransport:
                 if response.status_code != 200:
                     raise UpstreamError(f"The image from provider '{self.name}' could not be fetched "
                                         f"(HTTP {response.status_code}).")
-                content = self.read(response)
+                content = self.read(response, limit)
             return content, image_type(content)
         raise UpstreamError(f"The image from provider '{self.name}' redirected more than {MAX_IMAGE_REDIRECTS} times.")
 
-    def _check_image_url(self, url: str) -> None:
+    def _check_image_url(self, url: str, *, client: bool = False) -> None:
         """Refuse an image URL that would make the gateway fetch from inside its own network.
 
         The upstream chooses the URL (and every redirect), so without this check it could
         aim the gateway at a loopback or private address. The provider's own host is
-        trusted like the provider itself (a self-hosted upstream may live on one).
+        trusted like the provider itself (a self-hosted upstream may live on one) for the
+        upstream's own image URLs; a client's URL (``client``) is trusted nowhere: every hop
+        must be on a public address, the provider's host included, or a client could make
+        the gateway read any path of a provider on a private network.
         """
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise UpstreamError(f"The upstream provider '{self.name}' sent an unusable image URL.")
-        if _origin(parts) == _origin(urlsplit(self.base_url)):
+        if not client and _origin(parts) == _origin(urlsplit(self.base_url)):
             return
         try:
             port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -311,6 +397,57 @@ class HttpTransport:
         if not all(is_public(address) for address in addresses):
             raise UpstreamError(f"The upstream provider '{self.name}' pointed an image at an address this gateway "
                                 f"does not fetch from.")
+
+
+class AnswerTooLarge(UpstreamError):
+    """An answer (or fetched image) past the bytes it may have, ``limit``."""
+
+    def __init__(self, message: str, *, limit: int):
+        super().__init__(message)
+        self.limit = limit
+
+
+# ---------------------------------------------------------------- memory after large fetches
+
+# Bytes of client images fetched by this process since its heap was last handed back (give_back_memory).
+_fetched_bytes = 0
+# After this many, the end of the request hands the process's free heap back to the system.
+GIVE_BACK_AFTER_BYTES = 4 * 1024 * 1024
+
+
+def note_fetched(size: int) -> None:
+    global _fetched_bytes
+    _fetched_bytes += size
+
+
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or None).malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to call
+        return None
+
+
+_trim = _malloc_trim()
+
+
+def give_back_memory(**_) -> None:
+    """At the end of a request, once images of several megabytes were fetched (and dropped): give the
+    freed heap back to the system.
+
+    An image goes through a few copies (the bytes, base64, the JSON sent upstream), each freed
+    when the call is over; but glibc keeps freed blocks below its mmap threshold in the heap, and
+    raises that threshold (up to 32 MiB) after freeing a larger block, so a worker that once held a
+    request's images stayed that large. ``malloc_trim`` hands the free pages back; the work is a
+    walk over the heap, done only after such requests. Elsewhere (no glibc) nothing happens.
+    """
+    global _fetched_bytes
+    if _fetched_bytes < GIVE_BACK_AFTER_BYTES or _trim is None:
+        return
+    _fetched_bytes = 0
+    _trim(0)
+
+
+request_finished.connect(give_back_memory, dispatch_uid="gateway.upstream.transport.give_back_memory")
 
 
 class EventStream:
@@ -345,7 +482,7 @@ class EventStream:
             except TRANSPORT_ERRORS as exc:
                 if self.ends - time.monotonic() <= 0:
                     raise self._too_long() from None
-                raise transport.transport_error(exc) from None
+                raise transport.transport_error(exc, seconds=transport.timeout) from None
             if not block:
                 break
             pending += len(block)
@@ -405,13 +542,99 @@ def held_secrets() -> set[str]:
 
 
 def scrub(text: str, secret: str = "", base_url: str = "") -> str:
-    """Upstream text with every held secret, the secret just sent and the upstream's address taken out.
+    """Upstream text with every held secret, the secret just sent and the upstream's address taken out,
+    in the forms an upstream may quote them in (``_secret_forms``, ``_address_forms``).
 
-    Runs only on the way out of a failure (an error message, a stream's error event), never per chunk.
+    Runs only on the way out of a failure (an error message, a stream's error event), never per chunk;
+    each secret's pattern and each address's is compiled once.
     """
-    for needle in sorted(held_secrets() | ({secret} if secret else set()), key=len, reverse=True):
-        text = text.replace(needle, "[redacted]")
-    return text.replace(base_url, "[upstream]") if base_url else text
+    secrets = held_secrets() | {value.strip() for value in (secret, _url_password(base_url))
+                                if len(value.strip()) >= MIN_SCRUBBED_SECRET}
+    for needle in sorted(secrets, key=len, reverse=True):  # a secret that holds another goes whole
+        text = _secret_pattern(needle).sub("[redacted]", text)
+    pattern = _address_pattern(base_url) if base_url else None
+    return pattern.sub("[upstream]", text) if pattern is not None else text
+
+
+# Between two characters of a quoted secret: what splits it without being part of it (whitespace and line
+# breaks, escaped ones too, quotes and the + that joins quoted pieces), up to 8 at a time. A character of the
+# secret itself is left out, so that each run of them can be read one way only: the pattern never
+# backtracks, whatever text an upstream crafts.
+_SPLIT_CHARACTERS = " \t\r\n\f\v\"'`+"
+# Between two characters of base64: a line break (MIME wraps base64 at 76 characters), or an escaped one.
+_BASE64_BREAK = r"(?:\r?\n|\\r?\\n)?"
+# A host name shorter than this is not looked for alone (its host:port and URL still are).
+MIN_SCRUBBED_HOST = 4
+
+
+def _written(character: str, *, escaped: bool = True) -> str:
+    """A pattern for one character as it is (the patterns are case-insensitive), percent-encoded, or
+    (``escaped``) as a JSON escape."""
+    ways = [re.escape(character), "".join(f"%{byte:02x}" for byte in character.encode())]
+    if escaped and ord(character) < 0x10000:
+        ways.append(f"\\\\u{ord(character):04x}")
+    return f"(?:{'|'.join(ways)})"
+
+
+def _secret_forms(secret: str) -> list[str]:
+    """Patterns for the secret written out, longest first (where two start at the same place, the whole of
+    the longer one goes): the secret itself, each character in any of its ways and the secret split anywhere;
+    and its base64 in both alphabets, each symbol as it is or percent-encoded and the text wrapped anywhere:
+    alone (its padding says nothing), and the symbols that encode only its bytes where it stands inside a
+    longer base64 text (as in a Basic header), at each of the three places a byte can take in a 3-byte group."""
+    separators = re.escape("".join(character for character in _SPLIT_CHARACTERS if character not in secret))
+    split = rf"(?:[{separators}]|\\[nrt]){{0,8}}" if separators else r"(?:\\[nrt]){0,8}"
+    raw = secret.encode()
+    encodings = set()
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        encodings.add(encode(raw).decode().rstrip("="))
+        for offset in (0, 1, 2):
+            encoded = encode(bytes(offset) + raw).decode()
+            encodings.add(encoded[-(-8 * offset // 6):8 * (offset + len(raw)) // 6])
+    forms = [(len(secret), split.join(_written(character) for character in secret))]
+    forms += [(len(encoded), _BASE64_BREAK.join(symbol if symbol.isalnum() else _written(symbol, escaped=False)
+                                                for symbol in encoded)) for encoded in encodings]
+    return [pattern for _, pattern in sorted(forms, key=lambda form: -form[0])]
+
+
+@functools.lru_cache(maxsize=64)
+def _secret_pattern(secret: str) -> re.Pattern:
+    """One secret's forms as one case-insensitive pattern, compiled once per process."""
+    return re.compile("|".join(_secret_forms(secret)), re.IGNORECASE)
+
+
+def _address_forms(base_url: str) -> set[str]:
+    """The upstream's base URL, its origin, its host:port (the default port too) and its host name."""
+    parts = urlsplit(base_url.strip())
+    forms = {base_url.strip().rstrip("/")}
+    host = parts.hostname or ""
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        port = None
+    if host:
+        netloc = f"[{host}]" if ":" in host else host
+        forms |= {f"{parts.scheme}://{netloc}", f"{netloc}:{port}" if port else netloc}
+        if len(host) >= MIN_SCRUBBED_HOST:
+            forms.add(host)
+    return {form for form in forms if form}
+
+
+@functools.lru_cache(maxsize=32)
+def _address_pattern(base_url: str) -> re.Pattern | None:
+    forms = _address_forms(base_url)
+    if not forms:
+        return None
+    return re.compile("|".join("".join(_written(character, escaped=False) for character in form)
+                               for form in sorted(forms, key=len, reverse=True)), re.IGNORECASE)
+
+
+def _url_password(url: str) -> str:
+    """The password of a base URL that carries one (``https://user:pass@host``): a secret too."""
+    try:
+        return urlsplit(url).password or ""
+    except ValueError:
+        return ""
 
 
 # ---------------------------------------------------------------- small readers

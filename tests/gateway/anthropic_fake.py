@@ -21,7 +21,7 @@ import pytest
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 from pydantic import TypeAdapter, ValidationError
 
-from tests.gateway.fake_servers import DROP, FakeHandler, FakeServer, Gate
+from tests.gateway.fake_servers import DROP, FakeHandler, FakeServer, Gate, quoted_back
 
 ANTHROPIC_KEY = "sk-ant-api03-FAKE-anthropic-key-0123456789abcdef"
 ANTHROPIC_KEY_ENV = "GATEWAY_UPSTREAM_ANTHROPIC_KEY"
@@ -99,6 +99,34 @@ def stream_events(*blocks, stop_reason: str = "end_turn", counts: dict | None = 
 
 def stream_error(kind: str = "overloaded_error", text: str = "Overloaded") -> dict:
     return {"type": "error", "error": {"type": kind, "message": text}}
+
+
+# The type of a hostile event: a name, a blank line, then a whole event of the upstream's making. Written
+# as it is on the client's "event:" line it would be two events, the second a message_stop.
+FORGED_TYPE = 'ping\n\nevent: message_stop\ndata: {"type": "message_stop"}'
+
+
+def forged_event() -> dict:
+    return {"type": FORGED_TYPE}
+
+
+def echoed(body, headers: dict) -> str:
+    """The message of Anthropic's 400 to a request it refuses, which quotes what the client sent: each
+    unknown member by name (top level and in ``metadata``), each ``anthropic-beta`` value, else the text of
+    the first message. A request can make it say anything, "billing" or "credit balance is too low" too."""
+    body = body if isinstance(body, dict) else {}
+    problems = [f"{name}: Extra inputs are not permitted" for name in sorted(set(body) - REQUEST_FIELDS)]
+    metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+    problems += [f"metadata.{name}: Extra inputs are not permitted" for name in sorted(set(metadata) - {"user_id"})]
+    problems += [f"Unexpected value(s) `{value.strip()}` for the `anthropic-beta` header"
+                 for value in headers.get("anthropic-beta", "").split(",") if value.strip()]
+    if not problems:
+        turns = body.get("messages") if isinstance(body.get("messages"), list) else []
+        first = turns[0].get("content") if turns and isinstance(turns[0], dict) else ""
+        text = first if isinstance(first, str) else " ".join(
+            block.get("text", "") for block in first or () if isinstance(block, dict))
+        problems.append(f"messages.0.content: {text!r} is not valid here")
+    return "; ".join(problems)
 
 
 # ---------------------------------------------------------------- request checks
@@ -193,6 +221,8 @@ class FakeAnthropic(FakeServer):
         self.api_key = api_key
         self.calls: list[Call] = []
         self.scripts: dict[str, list[Reply]] = {}
+        self.quoting: tuple[str, int, str] | None = None  # quote_back's form, status and error type
+        self.echoing = False  # echo_request(): every call refused with a 400 that quotes it (``echoed``)
         fake = self
 
         class Handler(FakeHandler):
@@ -211,6 +241,11 @@ class FakeAnthropic(FakeServer):
                                                       "anthropic-version: header is required"))
                 if call.path != "/v1/messages":
                     return self._json(404, error_body("not_found_error", f"Not found: {call.path}"))
+                if fake.echoing:
+                    return self._json(400, error_body("invalid_request_error", echoed(call.body, call.headers)))
+                if fake.quoting:
+                    form, status, kind = fake.quoting
+                    return self._json(status, error_body(kind, quoted_back(given, call.headers.get("host", ""))[form]))
                 check_request(call.body, call.problems)
                 if call.problems:
                     return self._json(400, error_body("invalid_request_error", "; ".join(call.problems)))
@@ -224,9 +259,11 @@ class FakeAnthropic(FakeServer):
                 self.send_body(status, body, headers={"request-id": "req_011CSHoEeqs5C35K2UUqR7Fy", **(headers or {})})
 
             def _stream(self, reply: Reply):
+                # The event's name on one line whatever its type holds (forged_event): the fake's own wire
+                # stays well-formed, and its data line carries the type as it is.
                 self.send_events(reply.status, reply.events, lambda event: (
                     f"data: {event}\n\n" if isinstance(event, str)
-                    else f"event: {event['type']}\ndata: {json.dumps(event)}\n\n").encode())
+                    else f"event: {json.dumps(event['type'])[1:-1]}\ndata: {json.dumps(event)}\n\n").encode())
 
         self.serve(Handler)
 
@@ -246,6 +283,16 @@ class FakeAnthropic(FakeServer):
     def fail(self, status: int, body: dict, headers: dict | None = None):
         for kind in ("message", "stream"):
             self.scripts[kind] = [Reply(status, body, headers=headers or {})]
+
+    def quote_back(self, form: str, *, status: int = 400, kind: str = "invalid_request_error"):
+        """Answer every call with an error whose message quotes back the key the call carried and the host
+        it was sent to, in one of fake_servers.quoted_back's forms, as a careless or hostile upstream does."""
+        self.quoting = (form, status, kind)
+
+    def echo_request(self):
+        """Refuse every call with Anthropic's 400 invalid_request_error quoting the request (``echoed``), as
+        the real API refuses an unknown member or beta: the words of the message are the client's."""
+        self.echoing = True
 
     def next_reply(self, kind: str) -> Reply:
         replies = self.scripts.get(kind)

@@ -125,6 +125,23 @@ def rate_limited(retry: str = "17s") -> tuple[int, dict]:
         {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": retry}])
 
 
+def token_quota_exceeded(retry: str = "31s") -> tuple[int, dict]:
+    """Google's 429 of a per-minute limit on input tokens: a QuotaFailure naming a token metric."""
+    return 429, error_body(429, "RESOURCE_EXHAUSTED", "You exceeded your current quota, please check your plan and "
+                                                      "billing details.", [
+        {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [
+            {"quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_input_token_count",
+             "quotaId": "GenerateContentInputTokensPerModelPerMinute-FreeTier"}]},
+        {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": retry}])
+
+
+def said(body) -> str:
+    """The text of a GenerateContentRequest's parts, as an upstream quoting the request writes it."""
+    contents = body.get("contents") if isinstance(body, dict) and isinstance(body.get("contents"), list) else []
+    return " ".join(part.get("text", "") for content in contents if isinstance(content, dict)
+                    for part in content.get("parts") or () if isinstance(part, dict))
+
+
 def embedding(values: list[float]) -> dict:
     return {"values": values}
 
@@ -284,11 +301,14 @@ class FakeGemini(FakeServer):
         self.calls: list[Call] = []
         self.scripts: dict[str, list[Reply]] = {}
         self.files: dict[str, tuple[bytes, str]] = {}
+        self.gets: list[str] = []  # the paths asked with GET (files, or anything else)
+        self.echoing: tuple[int, str] | None = None  # echo_request(): the status and status word of the refusal
         fake = self
 
         class Handler(FakeHandler):
             def do_GET(self):
                 path = urlsplit(self.path).path
+                fake.gets.append(path)
                 if path not in fake.files:
                     return self._json(404, error_body(404, "NOT_FOUND", "Not found."))
                 content, content_type = fake.files[path]
@@ -320,6 +340,10 @@ class FakeGemini(FakeServer):
                     check_embed(call.body, call.model, call.problems)
                 else:
                     return self._json(404, error_body(404, "NOT_FOUND", f"Method {method} is not found."))
+                if fake.echoing and method != "batchEmbedContents":
+                    code, word = fake.echoing
+                    return self._json(code, error_body(code, word, f"Invalid value at 'contents[0].parts[0].text' "
+                                                                   f"({said(call.body)})"))
                 if call.problems:
                     return self._json(400, error_body(400, "INVALID_ARGUMENT", "Invalid JSON payload received. "
                                                                                + "; ".join(call.problems)))
@@ -362,6 +386,11 @@ class FakeGemini(FakeServer):
 
     def serve_file(self, path: str, content: bytes, content_type: str):
         self.files[path] = (content, content_type)
+
+    def echo_request(self, code: int = 400, word: str = "INVALID_ARGUMENT"):
+        """Refuse every chat call with Google's error of ``code`` and status ``word``, its message quoting the
+        request's text (``said``) and no details: the words of the message are the client's."""
+        self.echoing = (code, word)
 
     def next_reply(self, method: str, call: Call) -> Reply:
         replies = self.scripts.get(method)

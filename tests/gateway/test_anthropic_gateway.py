@@ -244,13 +244,15 @@ def test_a_401_disables_the_deployment_and_the_secret_is_in_no_answer_or_log(sdk
     assert credits_of(key) == 100 and mismatches() == []
 
 
-def test_a_credit_balance_too_low_disables_the_secret(sdk, anthropic_provider, claude):
-    client, _ = sdk
+def test_a_400_speaking_of_credit_is_passed_on_and_disables_nothing(sdk, anthropic_provider, claude):
+    """Only Anthropic's error type says the secret is spent (billing_error): a 400's words may be the client's."""
+    client, key = sdk
     claude.fail(400, error_body("invalid_request_error", "Your credit balance is too low to access the Anthropic "
                                                          "API. Please go to Plans & Billing to upgrade."))
-    with pytest.raises(openai.APIStatusError) as failed:
+    with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(model="claude-chat", messages=HELLO)
-    assert failed.value.status_code == 502 and Deployment.objects.get().disabled_at
+    assert refused.value.code == "invalid_request_error" and not Deployment.objects.get().disabled_at
+    assert credits_of(key) == 100 and mismatches() == []
 
 
 def test_an_upstream_that_is_down_is_a_502_that_costs_nothing(sdk, monkeypatch, db):

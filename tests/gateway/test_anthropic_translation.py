@@ -99,10 +99,12 @@ def test_a_stream_without_message_start_content_is_not_committed_until_content_a
         stream.translate({"type": "content_block_delta", "index": 5, "delta": {}}, malformed=malformed)
 
 
-def test_a_billing_error_or_a_spent_balance_disables_and_other_refusals_do_not():
-    assert anthropic_refusal(400, json.dumps({"type": "error", "error": {
+def test_only_an_authentication_or_billing_error_type_disables_never_the_words_of_a_message():
+    # A 400's message may quote the request: "credit balance is too low" in it can be the client's own text.
+    assert not anthropic_refusal(400, json.dumps({"type": "error", "error": {
         "type": "invalid_request_error", "message": "Your credit balance is too low"}})).out_of_credit
     assert anthropic_refusal(402, b'{"error": {"type": "billing_error", "message": "x"}}').out_of_credit
+    assert anthropic_refusal(401, b'{"error": {"type": "authentication_error", "message": "x"}}').out_of_credit
     assert not anthropic_refusal(400, b'{"error": {"type": "invalid_request_error", "message": "bad"}}').out_of_credit
     assert anthropic_refusal(500, b"<html>").message == ""
 

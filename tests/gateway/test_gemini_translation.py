@@ -329,7 +329,9 @@ def test_usage_counts_every_input_and_output_token():
         "prompt_tokens": 14, "completion_tokens": 3, "total_tokens": 17, "prompt_tokens_details": {"cached_tokens": 0},
         "completion_tokens_details": {"reasoning_tokens": 0}}
     assert usage(None) is None
-    assert usage({"promptTokenCount": -3, "candidatesTokenCount": "many"})["total_tokens"] == 0
+    # Counts sent but unusable are left out, so the gateway meters its own estimates (docs/hardening.md).
+    assert usage({"promptTokenCount": -3, "candidatesTokenCount": "many"}) == {
+        "prompt_tokens_details": {"cached_tokens": 0}, "completion_tokens_details": {"reasoning_tokens": 0}}
 
 
 def test_a_stream_translates_event_by_event_with_tool_call_indices_and_one_role():
@@ -361,12 +363,18 @@ def test_googles_error_bodies_say_what_they_mean_for_the_deployment():
     status, body = rate_limited("17.5s")
     limited = gemini_refusal(status, json.dumps(body).encode())
     assert not limited.out_of_credit and limited.retry_delay == 17.5 and limited.code is None
-    for credit in (error_body(429, "RESOURCE_EXHAUSTED", "Your prepayment credits are depleted. Please go to AI "
-                                                         "Studio to manage your project and billing."),
-                   error_body(400, "FAILED_PRECONDITION", "Gemini API free tier is not available in your country. "
-                                                          "Please enable billing on your project in Google AI Studio."),
+    for credit in (error_body(403, "PERMISSION_DENIED", "Billing is disabled.", [
+                       {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "BILLING_DISABLED",
+                        "domain": "googleapis.com"}]),
                    error_body(401, "UNAUTHENTICATED", "Request had invalid authentication credentials.")):
         assert gemini_refusal(credit["error"]["code"], json.dumps(credit)).out_of_credit
+    # Words of a message never decide (it may quote the request); FAILED_PRECONDITION moves the request on.
+    spent = gemini_refusal(429, json.dumps(error_body(429, "RESOURCE_EXHAUSTED", "Your prepayment credits are "
+                                                      "depleted. Please go to AI Studio to manage your billing.")))
+    assert not spent.out_of_credit and not spent.declined
+    country = gemini_refusal(400, json.dumps(error_body(400, "FAILED_PRECONDITION", "Gemini API free tier is not "
+                                                        "available in your country. Please enable billing.")))
+    assert country.declined and not country.out_of_credit
     bad = gemini_refusal(400, json.dumps(error_body(400, "INVALID_ARGUMENT", "Invalid value at 'x'")))
     assert (bad.out_of_credit, bad.code, bad.message) == (False, "invalid_argument", "Invalid value at 'x'")
     assert gemini_refusal(502, b"<html>Bad gateway</html>").message == ""

@@ -116,6 +116,9 @@ def chat_params(body: dict, *, counting: bool = False) -> dict:
             if body["stream"]:
                 # The usage chunk is always asked for: message_delta carries the usage.
                 params.update(stream=True, stream_options={"include_usage": True})
+        response_format = _output_format(body.get("output_config"))
+        if response_format is not None:
+            params["response_format"] = response_format
         metadata = body.get("metadata")
         if metadata is not None:
             _need(isinstance(metadata, dict), "metadata", "must be an object.")
@@ -140,7 +143,23 @@ def anthropic_only(body: dict) -> dict[str, str]:
     thinking = body.get("thinking")
     if thinking is not None and not (isinstance(thinking, dict) and thinking.get("type") == "disabled"):
         found["thinking"] = "extended thinking reaches the model's anthropic deployments only."
+    output_config = body.get("output_config")
+    if isinstance(output_config, dict) and set(output_config) <= {"format"}:
+        found.pop("output_config", None)  # a structured-output format alone: translated (_output_format)
     return found
+
+
+def _output_format(output_config) -> dict | None:
+    """Anthropic's structured-output format (``output_config.format``, what the SDK's ``messages.parse``
+    sends) as OpenAI's response_format; None when there is none. Anything else of output_config reaches
+    anthropic deployments only (anthropic_only)."""
+    if not isinstance(output_config, dict) or output_config.get("format") is None:
+        return None
+    answer_format = output_config["format"]
+    _need(isinstance(answer_format, dict) and answer_format.get("type") == "json_schema",
+          "output_config.format", "must be an object of type 'json_schema' with a schema.")
+    _need(isinstance(answer_format.get("schema"), dict), "output_config.format.schema", "must be a JSON schema object.")
+    return {"type": "json_schema", "json_schema": {"name": "output", "schema": answer_format["schema"], "strict": True}}
 
 
 def _system(system) -> str | list:

@@ -393,6 +393,31 @@ def claude_sdk(live_server, seeded, free_key):
         yield client, key
 
 
+class Forecast(BaseModel):
+    city: str
+    days: int
+    sunny: bool
+
+
+def test_the_anthropic_sdks_parse_gets_a_document_its_schema_accepts(claude_sdk):
+    client, key = claude_sdk
+    parsed = client.messages.parse(model="local-chat", max_tokens=256, output_format=Forecast,
+                                   messages=[{"role": "user", "content": "The forecast for Paris"}])
+    assert isinstance(parsed.parsed_output, Forecast)
+    [block] = parsed.content
+    assert json.loads(block.text) == parsed.parsed_output.model_dump() and parsed.stop_reason == "end_turn"
+    charged(key, 1)
+
+
+def test_an_output_format_that_is_not_a_json_schema_is_a_400_naming_it_and_costs_nothing(claude_sdk):
+    client, key = claude_sdk
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        client.messages.create(model="local-chat", max_tokens=64, messages=[{"role": "user", "content": "Hi"}],
+                               output_config={"format": {"type": "xml"}})
+    assert "output_config.format" in refused.value.body["error"]["message"]
+    assert credits_of(key) == 100 and mismatches() == []
+
+
 def test_a_tool_use_round_trip_through_the_anthropic_sdk(claude_sdk):
     client, key = claude_sdk
     messages = [{"role": "user", "content": [{"type": "text", "text": "Context.\nuse get_weather: Paris"}]}]

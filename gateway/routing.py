@@ -147,6 +147,12 @@ def choose(model: AiModel, health: Health, *, skip: set, now: float | None = Non
     now = time.time() if now is None else now
     candidates = [deployment for deployment in model.pool
                   if not deployment.disabled and deployment.pk not in health.disabled and deployment.pk not in skip]
+    if len(candidates) > 1:
+        # A deployment whose secret's variable is not set here fails before anything is sent: never chosen
+        # while another can be (alone, it answers the 502 that says so).
+        configured = [deployment for deployment in candidates
+                      if deployment.provider.secret_configured(deployment.secret_env)]
+        candidates = configured or candidates
     ready = [deployment for deployment in candidates if health.cooling.get(deployment.pk, 0) <= now]
     if not ready:
         # Only cooling ones left: the one back soonest, so a breaker never turns a blip into an outage.

@@ -603,3 +603,19 @@ def test_a_cooldown_after_a_disable_does_not_hide_the_disable_from_other_process
     time.sleep(0.02)
     health = routing.read_health(stale.model)
     assert routing.choose(stale.model, health, skip=set()) is None
+
+
+def test_a_deployment_whose_secret_is_not_set_here_is_never_chosen_while_another_can_be(client, fakes, free_key,
+                                                                                        monkeypatch, settings):
+    served = fakes("served")
+    served.json("/chat/completions", chat_completion("from served"))
+    unset = Provider.objects.create(name="unset", base_url=served.base_url, api_key_env="GATEWAY_UPSTREAM_UNSET_KEY")
+    monkeypatch.delenv("GATEWAY_UPSTREAM_UNSET_KEY", raising=False)
+    # The unset one first by priority, and the pool allows a single attempt: it must not be spent on it.
+    settings.MAX_UPSTREAM_ATTEMPTS = 1
+    pool("pooled", [(unset, {"priority": 1}), (add_provider("served", served.base_url), {"priority": 2})])
+    _, secret = free_key
+    for _ in range(3):
+        response = chat(client, secret)
+        assert response.status_code == 200 and answered_by(response) == "served"
+    assert len(served.posts()) == 3

@@ -28,7 +28,7 @@ class MalformedLink(ValueError):
 NOT_AN_INVITE = "'link' is not an invite link (discord.gg/CODE or discord.com/invite/CODE) or an invite code."
 
 
-def invite_code(link: str) -> str:
+def invite_code(link: str | None) -> str:
     """The invite code in a bare code or in any accepted link form.
 
     Accepted: ``CODE``, ``discord.gg/CODE``, ``discord.com/invite/CODE``,

@@ -10,6 +10,7 @@ import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from typing import cast
 
 from django.conf import settings
 
@@ -117,7 +118,7 @@ def _fetch_invite(code: str) -> dict:
     except PlatformError as exc:
         return _failure_entry(exc)
     if response.status == 200:
-        return {"status": 200, "data": invite_information(response.body)}
+        return {"status": 200, "data": invite_information(cast(dict, response.body))}  # a 200 has a JSON object
     if response.status == 404:
         return {"status": 404, "error": MESSAGES[404]}
     if response.status == 400:
@@ -129,7 +130,8 @@ def _fetch_invite(code: str) -> dict:
 
 def _failure_entry(exc: PlatformError) -> dict:
     if exc.kind == "rate_limited":
-        return {"status": 429, "error": MESSAGES[429], "until": time.time() + exc.retry_after}
+        # A rate_limited error always carries its retry_after (community.client).
+        return {"status": 429, "error": MESSAGES[429], "until": time.time() + cast(int, exc.retry_after)}
     status = 504 if exc.kind == "timeout" else 502
     return {"status": status, "error": MESSAGES[status]}
 
@@ -143,7 +145,7 @@ def _invite_ttl(entry: dict) -> int:
     if status in (400, 404):
         return MISSING_SECONDS
     if status == 429:
-        return _seconds_until(entry["until"])
+        return cast(int, _seconds_until(entry["until"]))  # a 429 entry always has its until
     return FAILURE_SECONDS
 
 
@@ -220,12 +222,12 @@ def _fetch_user(user_id: str) -> dict:
         response = client.get(f"/users/{user_id}")
     except PlatformError as exc:
         if exc.kind == "rate_limited":
-            raise RateLimited(MESSAGES[429], retry_after=exc.retry_after) from None
+            raise RateLimited(MESSAGES[429], retry_after=cast(int, exc.retry_after)) from None
         if exc.kind == "timeout":
             raise UpstreamTimeout(MESSAGES[504]) from None
         raise UpstreamError(MESSAGES[502]) from None
     if response.status == 200:
-        return {"status": 200, "data": user_information(response.body)}
+        return {"status": 200, "data": user_information(cast(dict, response.body))}  # a 200 has a JSON object
     if response.status in (400, 404):
         return {"status": 404}
     log.warning("community platform refused a user lookup with status %s", response.status)

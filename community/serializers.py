@@ -1,4 +1,6 @@
 """Response shapes of the community operations, for the OpenAPI schema."""
+from typing import Any
+
 from rest_framework import serializers
 
 
@@ -41,7 +43,7 @@ class InviteInformationSerializer(serializers.Serializer):
 
 class InviteResultSerializer(serializers.Serializer):
     success = serializers.BooleanField()
-    data = InviteInformationSerializer(allow_null=True)
+    data: Any = InviteInformationSerializer(allow_null=True)  # a field: DRF's metaclass takes it off the class
     error = serializers.CharField(allow_null=True, help_text="Why the lookup failed; null on success.")
 
 
@@ -56,7 +58,7 @@ class CommunityGuildSerializer(serializers.Serializer):
 
 class CommunityGuildListSerializer(serializers.Serializer):
     object = serializers.CharField(default="list")
-    data = CommunityGuildSerializer(many=True)
+    data: Any = CommunityGuildSerializer(many=True)  # a field: DRF's metaclass takes it off the class
 
 
 class PlatformUserSerializer(serializers.Serializer):

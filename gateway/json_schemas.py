@@ -55,7 +55,7 @@ def _nested(node: dict, where: str) -> list[tuple[object, str, bool]]:
     """The schemas directly inside ``node``, each with where it is and whether it is part of the
     node's shape (a definition is not: it is reached through ``$ref`` only); a member of the wrong
     shape raises."""
-    found = []
+    found: list[tuple[object, str, bool]] = []
     for key in SCHEMA_MAPS:
         if key in node:
             value = node[key]

@@ -31,7 +31,7 @@ import wave
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 from gevent import monkey
 
@@ -214,7 +214,7 @@ class ChatAnswer:
     tool_call: ToolCall | None = None
 
 
-def chat_answer(messages: list[dict], *, tools: Sequence[tuple[str, dict]] = (), call: str = "auto",
+def chat_answer(messages: list[dict], *, tools: Sequence[tuple[str, dict | bool]] = (), call: str = "auto",
                 schema: dict | bool | None = None, strict: bool = False) -> ChatAnswer:
     """The answer of `local-chat` to a conversation, given the client's function tools as (name, JSON schema
     of the arguments), whether it must call one of them (``call``: "none", "auto" or "required"; a forced
@@ -236,7 +236,8 @@ def chat_answer(messages: list[dict], *, tools: Sequence[tuple[str, dict]] = (),
     return _off_the_event_loop.run(_chat_answer, characters // 4, messages, tools, call, schema, strict)
 
 
-def _chat_answer(messages: list[dict], tools: list[tuple[str, dict]], call: str, schema, strict: bool) -> ChatAnswer:
+def _chat_answer(messages: list[dict], tools: list[tuple[str, dict | bool]], call: str, schema,
+                 strict: bool) -> ChatAnswer:
     results = _tool_results(messages)
     if call in ("auto", "required") and tools:
         last_user = _last_user_text(messages)
@@ -333,7 +334,7 @@ _STRING_WORDS = ("minLength", "maxLength", "pattern", "format")
 _NUMBER_WORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 
 
-def _number(value) -> bool:
+def _number(value: object) -> TypeGuard[float]:  # a finite int or float, not a bool
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -479,7 +480,7 @@ class _SchemaValues:
 
     def _string(self, schema: dict, text: str | None, variant: int) -> str:
         if text is None:
-            text = _STRING_FORMATS.get(schema.get("format")) or (
+            text = _STRING_FORMATS.get(schema.get("format", "")) or (
                 "local-chat" if variant == 0 else f"local-chat {variant + 1}")
         shortest = _count(schema.get("minLength"), _SCHEMA_CHARS)
         if len(text) < shortest:
@@ -511,14 +512,15 @@ class _SchemaValues:
             if high is not None:
                 high = math.ceil(high) - 1 if high_open else math.floor(high)
             low_open = high_open = False
-        value = 0
+        value: float = 0
         if low is not None and (value < low or (low_open and value <= low)):
             value = low if not low_open else low + 1 if high is None or low + 1 < high else low / 2 + high / 2
         if high is not None and (value > high or (high_open and value >= high)):
             value = high if not high_open else high - 1 if low is None else low / 2 + high / 2
-        if low_open and value <= low:  # bounds too close for the steps above (floats run out of digits)
+        # Bounds too close for the steps above (floats run out of digits); an open bound is never None.
+        if low_open and low is not None and value <= low:
             value = math.nextafter(low, math.inf)
-        if high_open and value >= high:
+        if high_open and high is not None and value >= high:
             value = math.nextafter(high, -math.inf)
         if variant and (high is None or value + variant < high or (not high_open and value + variant == high)):
             value += variant  # distinct items of a uniqueItems array
@@ -531,8 +533,9 @@ class _SchemaValues:
 
     def _array(self, schema: dict, depth: int, text: str | None, variant: int) -> list:
         items = schema.get("items")
-        prefix = schema.get("prefixItems") if isinstance(schema.get("prefixItems"), list) else \
-            items if isinstance(items, list) else []
+        prefix = schema.get("prefixItems")
+        if not isinstance(prefix, list):
+            prefix = items if isinstance(items, list) else []
         rest = schema.get("additionalItems", {}) if isinstance(items, list) else items if items is not None else {}
         shortest = _count(schema.get("minItems"), _SCHEMA_ITEMS)
         longest = schema.get("maxItems")
@@ -553,7 +556,9 @@ class _SchemaValues:
         return values
 
     def _object(self, schema: dict, depth: int, text: str | None, variant: int) -> dict:
-        properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        properties = schema.get("properties")
+        if not isinstance(properties, dict):
+            properties = {}
         required = [name for name in schema.get("required") or () if isinstance(name, str)] \
             if isinstance(schema.get("required"), list) else []
         names = list(dict.fromkeys([*required, *(properties if self.strict else ())]))

@@ -14,6 +14,7 @@ What translates and what is refused is listed in docs/providers.md.
 import json
 import re
 import uuid
+from typing import Any
 
 from django.conf import settings
 from rest_framework.response import Response
@@ -382,14 +383,18 @@ class AnthropicDialect(ChatDialect):
             return {**completion[PASSED_THROUGH], "model": completion.get("model")}
         choices = completion.get("choices") or [{}]
         choice = choices[0] if isinstance(choices[0], dict) else {}
-        message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
-        content = []
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            message = {}
+        content: list[dict[str, Any]] = []
         text = content_text(message.get("content"))
         if text:
             content.append({"type": "text", "text": text})
         calls = [call for call in message.get("tool_calls") or () if isinstance(call, dict)]
         for call in calls:
-            function = call.get("function") if isinstance(call.get("function"), dict) else {}
+            function = call.get("function")
+            if not isinstance(function, dict):
+                function = {}
             content.append({"type": "tool_use", "id": call.get("id") or tool_call_id(),
                             "name": function.get("name") or "", "input": _tool_input(function.get("arguments"))})
         return {"id": message_id(completion.get("id")), "type": "message", "role": "assistant",
@@ -458,7 +463,9 @@ class AnthropicEvents(OpenAIEvents):
             self.usage = chunk["usage"]
         choices = [choice for choice in chunk.get("choices") or () if isinstance(choice, dict)]
         for choice in choices[:1]:
-            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            delta = choice.get("delta")
+            if not isinstance(delta, dict):
+                delta = {}
             if isinstance(delta.get("content"), str) and delta["content"]:
                 if self.open != "text":
                     events += self._start_block({"type": "text", "text": ""})
@@ -472,8 +479,12 @@ class AnthropicEvents(OpenAIEvents):
     def _tool_call(self, call) -> list[bytes]:
         if not isinstance(call, dict):
             return []
-        position = call.get("index") if type(call.get("index")) is int else 0
-        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        position = call.get("index")
+        if type(position) is not int:
+            position = 0
+        function = call.get("function")
+        if not isinstance(function, dict):
+            function = {}
         events = []
         if position not in self.tools:
             events += self._start_block({"type": "tool_use", "id": call.get("id") or tool_call_id(),

@@ -41,6 +41,7 @@ in a cycle.
 """
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -54,12 +55,11 @@ from django.db import (
     connections,
     transaction,
 )
-from django.utils import timezone
 
 from keys import auth_cache
 from keys.models import ApiKey, IdempotentRequest, LedgerEntry
 from models_catalog.models import AiModel, UsageEvent
-from utils_app import metrics
+from utils_app import clock, metrics
 from utils_app.coalesce import Coalescer, GroupInterrupted
 from utils_app.db import one_writer_at_a_time, statements_wrapper
 from utils_app.errors import (
@@ -187,7 +187,7 @@ _COLUMNS = {CHARGE: [(f"c_{column}", column) for column, _ in _GROUP_CHARGE],
             SETTLEMENT: [(f"s_{column}", column) for column, _ in _GROUP_SETTLEMENT]}
 
 
-def _group_params(items: list[tuple[str, dict]], now) -> dict:
+def _group_params(items: Sequence[tuple[str, dict]], now) -> dict:
     """GROUP_STATEMENT's parameters for the group: one array per column of each kind (empty for a kind it lacks)."""
     params = {"now": now}
     for kind, columns in _COLUMNS.items():
@@ -197,7 +197,7 @@ def _group_params(items: list[tuple[str, dict]], now) -> dict:
     return params
 
 
-def _run_group(items: list[tuple[str, dict]]) -> list:
+def _run_group(items: Sequence[tuple[str, dict]]) -> list:
     """A group's work: for each (kind, params) its outcome, as the statement alone would answer it (a
     charge's (ledger id, balance after) or None where the key refused it; whether a settlement settled
     its charge), SKIPPED, or the DatabaseError of its own statement when the group's was refused."""
@@ -296,7 +296,7 @@ class Idempotency:
 
 
 def _now(db):
-    return db.ops.adapt_datetimefield_value(timezone.now())
+    return db.ops.adapt_datetimefield_value(clock.utcnow())
 
 
 def charge(*, key: ApiKey, model: AiModel, operation: str, amount: int, request_id: str,
@@ -332,7 +332,7 @@ def _take_with_claim(params: dict, db, *, key: ApiKey, idempotency: Idempotency 
             if row is not None and idempotency is not None:
                 IdempotentRequest.objects.create(key_id=key.pk, idempotency_key=idempotency.key,
                                                  request_hash=idempotency.request_hash, entry_id=row[0],
-                                                 created_at=timezone.now())
+                                                 created_at=clock.utcnow())
             return row
     except IntegrityError:
         if idempotency is None:
@@ -431,7 +431,7 @@ def refund(*, entry: int, status: str = LedgerEntry.REFUNDED, usage: dict | None
 
     Returns the key's balance after, or None when the charge was no longer pending.
     """
-    now = timezone.now()
+    now = clock.utcnow()
     with one_writer_at_a_time(connection), transaction.atomic():
         charged = (LedgerEntry.objects.select_for_update().filter(pk=entry, status=LedgerEntry.PENDING)
                    .only("id", "key_id", "amount", "model", "request_id").first())

@@ -29,7 +29,6 @@ import logging
 import math
 import random
 import threading
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -39,7 +38,7 @@ from django.utils import timezone
 
 from models_catalog import catalog
 from models_catalog.models import AiModel, Deployment
-from utils_app import metrics, shared
+from utils_app import clock, metrics, shared, state
 from utils_app.db import release_connection
 from utils_app.errors import COOLDOWN, DISABLE, FAILURE, SLOW_ANSWER, RateLimited, UpstreamError
 
@@ -74,7 +73,7 @@ def _stats(deployment_id: int, minute: int) -> str:
 
 
 def _minute(now: float | None = None) -> int:
-    return int((time.time() if now is None else now) // 60)
+    return int((clock.now() if now is None else now) // 60)
 
 
 # ---------------------------------------------------------------- health, read with the limits
@@ -144,7 +143,7 @@ def read_health(model: AiModel) -> Health:
 
 def choose(model: AiModel, health: Health, *, skip: set, now: float | None = None, rng=random) -> Deployment | None:
     """The deployment for the next attempt, or None when none may be tried (``skip``: tried or full)."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     candidates = [deployment for deployment in model.pool
                   if not deployment.disabled and deployment.pk not in health.disabled and deployment.pk not in skip]
     if len(candidates) > 1:
@@ -206,7 +205,7 @@ class Attempts:
     def none_left(self) -> Exception:
         """Why no attempt could be made at all."""
         if self.full:
-            left = 60 - int(time.time()) % 60
+            left = 60 - int(clock.now()) % 60
             return RateLimited(f"Every deployment of the model '{self.model.model_id}' is at its requests-per-minute "
                                f"cap; retry in {left} s.", retry_after=left, param="model")
         metrics.no_deployment(model=self.model.model_id)
@@ -299,7 +298,7 @@ def outcome_of(error: Exception) -> str:
 
 
 def cool_down(deployment: Deployment, seconds: float, *, why: str) -> None:
-    shared.run([shared.set(_cool(deployment.pk), repr(time.time() + seconds), seconds),
+    shared.run([shared.set(_cool(deployment.pk), repr(clock.now() + seconds), seconds),
                 shared.delete(_fails(deployment.pk))])
     metrics.cooled(model=deployment.model.model_id, provider=deployment.provider.name, deployment=deployment.pk)
     log.warning("deployment %s (%s, provider %s) cooled down for %gs after %s", deployment.pk,
@@ -365,7 +364,7 @@ class DeploymentState:
 def states(deployments: list[Deployment]) -> dict[int, DeploymentState]:
     """Each deployment's state and last hour (admin API and staff pages): one round trip for all."""
     flush()
-    now = time.time()
+    now = clock.now()
     minute = _minute(now)
     count = len(deployments)
     ops = [shared.get(_cool(deployment.pk)) for deployment in deployments]
@@ -375,7 +374,7 @@ def states(deployments: list[Deployment]) -> dict[int, DeploymentState]:
     found = {}
     for index, deployment in enumerate(deployments):
         cool, off = answers[index], answers[count + index]
-        figures = defaultdict(int)
+        figures: defaultdict[str, int] = defaultdict(int)
         for hour_minute in answers[2 * count + index * 60:2 * count + (index + 1) * 60]:
             for name, value in (hour_minute or {}).items():
                 figures[name] += int(value)
@@ -407,6 +406,7 @@ def _median(figures: dict) -> float | None:
     return None
 
 
+@state.on_reset
 def reset() -> None:
     """Forget this process's pending figures (tests)."""
     with _pending_lock:

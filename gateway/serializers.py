@@ -18,6 +18,7 @@ caps that come from settings (MAX_CHAT_N, MAX_CHAT_MESSAGES,
 MAX_EMBEDDING_INPUTS) are read once, when the schema and the fields are built.
 """
 import re
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.validators import RegexValidator
@@ -381,7 +382,8 @@ class ImageGenerationRequest(StrictSerializer):
 
 
 def image_dimensions(size: str) -> tuple[int, int]:
-    width, height = IMAGE_SIZE_RE.match(size).groups()
+    # ``size`` has passed the request's validation, which IMAGE_SIZE_RE is part of.
+    width, height = cast(re.Match[str], IMAGE_SIZE_RE.match(size)).groups()
     return int(width), int(height)
 
 
@@ -513,7 +515,7 @@ class GeneratedImage(serializers.Serializer):
 
 class ImageGenerationResult(serializers.Serializer):
     created = serializers.IntegerField()
-    data = GeneratedImage(many=True)
+    data: Any = GeneratedImage(many=True)  # a field: DRF's metaclass takes it off the class
     remaining_credits = serializers.IntegerField()
 
 
@@ -535,7 +537,7 @@ class EmbeddingItem(serializers.Serializer):
 
 class EmbeddingsResult(serializers.Serializer):
     object = serializers.CharField(help_text="list")
-    data = EmbeddingItem(many=True)
+    data: Any = EmbeddingItem(many=True)  # a field: DRF's metaclass takes it off the class
     model = serializers.CharField()
     usage = Usage()
     embedding = serializers.JSONField(help_text="One vector for a string input, a list of vectors for an array.")

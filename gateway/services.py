@@ -17,10 +17,10 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, transaction
 
@@ -190,6 +190,7 @@ class Meter:
 
     def _complete(self, input_tokens: int, output_tokens: int, cached_tokens: int, answer, *, status: int,
                   success: bool) -> bool:
+        settle: dict[str, Any]  # metering.complete's keyword arguments
         settle = dict(entry=self.entry, key=self.key, model=self.model, operation=self.operation,
                       provider=self.provider, deployment=self.deployment.pk if self.deployment else None,
                       input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached_tokens,
@@ -526,7 +527,7 @@ class ChatRelay:
         return self._events
 
     @staticmethod
-    def _counted(events: Iterator[bytes]) -> Iterator[bytes]:
+    def _counted(events: Iterator[bytes]) -> Generator[bytes, None, None]:
         # Open from its first event until it ends or is closed (a stream never started was never open).
         metrics.OPEN_STREAMS.inc()
         try:
@@ -625,7 +626,7 @@ def generate_images(*, request, key: ApiKey, params: dict, sent: set) -> Outcome
         images = meter.call(lambda client: client.images(payload))
         data = []
         for image in images:
-            item = {"url": None, "b64_json": None}
+            item: dict[str, str | None] = {"url": None, "b64_json": None}
             if params["response_format"] == "url":
                 name = media.save(image.content, kind="images", extension=media.EXTENSIONS[image.content_type])
                 item["url"] = media.url_for(name, request=request)

@@ -1,6 +1,7 @@
 """Settings of the gateway, read from the environment (see README.md for every variable)."""
 import secrets
 from pathlib import Path
+from typing import Any
 
 from corsheaders.defaults import default_headers as cors_default_headers
 from django.core.exceptions import ImproperlyConfigured
@@ -247,7 +248,7 @@ RATELIMIT_FAIL_OPEN = True
 SILENCED_SYSTEM_CHECKS = ["django_ratelimit.W001"] + ([] if SHARED_CACHE else ["django_ratelimit.E003"])
 
 # Every line carries the request id (utils_app.logging); LOG_FORMAT (below) picks plain text or JSON.
-LOGGING = {
+LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
     "filters": {"request_id": {"()": "utils_app.logging.RequestIdFilter"},

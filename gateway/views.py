@@ -5,6 +5,7 @@ gateway.services (the metering pipeline); these views only translate.
 """
 from django.conf import settings
 from django.http import FileResponse, HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.utils.cache import patch_vary_headers
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view, inline_serializer
@@ -77,6 +78,7 @@ def wants_raw_audio(accept: str) -> bool:
 
 
 def respond(outcome: services.Outcome):
+    response: HttpResponseBase
     if outcome.stream is not None:
         response = StreamingHttpResponse(outcome.stream, content_type="text/event-stream; charset=utf-8",
                                          status=outcome.status)

@@ -17,7 +17,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway.settings")
 log = logging.getLogger("gateway.catalog")
 
 
-def _stop(message: str) -> Exception:
+def _stop(message: str) -> BaseException:
     try:
         from gunicorn.errors import AppImportError
     except ImportError:  # another WSGI server

@@ -6,6 +6,7 @@ the audit entries are the same whichever door a change comes through. The
 secret is shown once, on the page that answers the issue form, and never again.
 """
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.core.exceptions import PermissionDenied
 from django.db.models import F
 from django.http import Http404, HttpResponseRedirect
@@ -77,7 +78,7 @@ class KeyFilter(admin.SimpleListFilter):
         return queryset
 
 
-BULK_ACTIONS = {
+BULK_ACTIONS: dict[str, tuple[type[ChangeTierForm | AddCreditsForm | RefillForm], str, str]] = {
     "change_tier": (ChangeTierForm, "Change the tier of the selected keys", "Changed the tier of {changed} key(s)."),
     "add_credits": (AddCreditsForm, "Add credits to the selected keys",
                     "Added credits to {changed} key(s); {capped} reached their maxCredits."),
@@ -277,7 +278,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
         return TemplateResponse(request, "admin/keys/apikey/bulk_action.html", {
             **self.admin_site.each_context(request), "opts": self.opts, "title": title, "form": form,
             "action": action, "keys": queryset.order_by("pk")[:200], "count": queryset.count(),
-            "selected": request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME),
+            "selected": request.POST.getlist(ACTION_CHECKBOX_NAME),
             "select_across": request.POST.get("select_across", "0"),
         })
 

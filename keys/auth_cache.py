@@ -28,9 +28,9 @@ statement itself (gateway.metering), so no credit is ever taken for a key that m
 use the model. Each request gets its own ApiKey, since the pipeline updates ``credits`` on it.
 """
 import logging
-import time
 import uuid
 import weakref
+from typing import TYPE_CHECKING, cast
 
 from django.conf import settings
 from django.core.cache import cache
@@ -39,7 +39,11 @@ from django.db.models import signals
 from django.db.models.base import ModelState
 
 from keys.models import ApiKey
+from utils_app import clock, state
 from utils_app.db import release_connection
+
+if TYPE_CHECKING:
+    from utils_app.fastpath import ScriptedRedisCache
 
 log = logging.getLogger("gateway.keys")
 
@@ -97,7 +101,7 @@ def key_with_digest(digest: str, *, within: float | None = None) -> ApiKey | Non
     A caller that passes more than KEY_CACHE_SECONDS must check the key with ``current`` before
     relying on it (keys.limits does, for every metered request).
     """
-    now = time.monotonic()
+    now = clock.monotonic()
     entry = _entries.get(digest)
     if entry is not None and now - entry.read_at < (settings.KEY_CACHE_SECONDS if within is None else within):
         key = _key_from(entry.attrs, router.db_for_read(ApiKey))
@@ -178,7 +182,7 @@ def _select_row(wrapper, digest: str) -> dict | None:
 
 def current(key: ApiKey, version: str | None, *, asked_at: float) -> bool:
     """Whether ``key`` is as current as its row, given the keys version a limits script sent at
-    ``asked_at`` (time.monotonic) answered (None: no answer). When it may not be, the row is read
+    ``asked_at`` (clock.monotonic) answered (None: no answer). When it may not be, the row is read
     again, ``key`` updated in place, and False returned."""
     global _seen
     _seen = version
@@ -227,7 +231,7 @@ def changed_all() -> None:
 
 def _move_version() -> None:
     try:
-        cache.run_script(_SET_VERSION, keys=[cache.make_key(VERSION)], args=[new_version()])
+        cast("ScriptedRedisCache", cache).run_script(_SET_VERSION, keys=[cache.make_key(VERSION)], args=[new_version()])
     except Exception as exc:
         log.error("could not publish a key change to the shared cache (%s): other instances apply it within "
                   "KEY_CACHE_MAX_SECONDS (%ss)", type(exc).__name__, settings.KEY_CACHE_MAX_SECONDS)
@@ -243,6 +247,7 @@ def forget(digest: str) -> None:
     _entries.pop(digest, None)
 
 
+@state.on_reset
 def clear() -> None:
     global _seen
     _entries.clear()

@@ -11,12 +11,12 @@ from django import forms
 from django.db import transaction
 from django.forms.models import construct_instance
 
-from keys.models import BIGINT_MAX, CONFIG_FIELDS, RANGES, TIER_CHOICES, ApiKey, KeyRuleError
+from keys.models import BIGINT_MAX, CONFIG_FIELDS, RANGES, TIER_CHOICES, ApiKey, KeyRuleError, column
 from keys.services import issue_key, update_key
 
 
 def _verbose_name(field: str) -> str:
-    return ApiKey._meta.get_field(field).verbose_name
+    return str(column(field).verbose_name)
 
 
 def _range(field: str) -> str:
@@ -82,7 +82,7 @@ class IssueKeyForm(KeyForm):
             "name": "A label for staff, e.g. who asked for it.",
             "max_credits": f"{KeyForm.Meta.help_texts['max_credits']} Empty: same as credits.",
             "max_concurrent": (f"{KeyForm.Meta.help_texts['max_concurrent']} "
-                               f"Empty: {ApiKey._meta.get_field('max_concurrent').default}."),
+                               f"Empty: {column('max_concurrent').default}."),
             "is_admin": "May call the /admin API operations (a flag, not a tier).",
         }
 

@@ -10,14 +10,14 @@ it under the key's row lock (gateway.metering). The same round trip reads the sh
 keys version, which tells whether a key row from the process's cache is still current
 (keys.auth_cache); when it may not be, the row is read again before the limits are judged.
 """
-import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rest_framework.throttling import BaseThrottle
 
 from keys import auth_cache
 from keys.models import ApiKey
-from utils_app import metrics, windows
+from utils_app import clock, metrics, windows
 from utils_app.errors import AuthenticationError, RateLimited
 
 PERIODS = {"rpm": 60, "rph": 3600}
@@ -37,13 +37,13 @@ class LimitState:
         }
 
 
-def enforce(key: ApiKey, *, also: list = ()) -> tuple[LimitState, list | None]:
+def enforce(key: ApiKey, *, also: Sequence = ()) -> tuple[LimitState, list | None]:
     """Count the request in the key's minute and hour windows; 429 when either is exceeded.
 
     ``also`` (utils_app.shared ops) ride in the same round trip; their answers come back
     beside the state, None when the shared cache could not be reached.
     """
-    asked_at = time.monotonic()
+    asked_at = clock.monotonic()
     answer = windows.count_and_read(f"key:{key.pk}", tuple(PERIODS.values()), read=auth_cache.VERSION,
                                     default=auth_cache.new_version(), also=also)
     # A cached row no longer current is read again here, before anything is judged on it.

@@ -1,10 +1,14 @@
 import hashlib
 import secrets
+from typing import TYPE_CHECKING, cast
 
 from django.db import models
 from django.db.models import Q
 
 from utils_app.errors import InvalidRequest
+
+if TYPE_CHECKING:
+    from keys.auth_cache import _Entry
 
 TIERS = ("free", "augmented", "premium", "cool", "partner", "limited", "exclusive", "special")
 TIER_CHOICES = [(tier, tier) for tier in TIERS]
@@ -127,6 +131,9 @@ class ApiKey(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
 
     objects = ApiKeyQuerySet.as_manager()
+    # Not stored: the auth cache's entry the instance was built from (keys.auth_cache), None once
+    # the row is known current.
+    cached_row: "_Entry | None"
 
     class Meta:
         verbose_name = "API key"
@@ -164,7 +171,7 @@ class ApiKey(models.Model):
         if self.tier not in TIERS:
             raise KeyRuleError("tier", f"tier must be one of: {', '.join(TIERS)}.")
         for field, (least, most) in RANGES.items():
-            value, name = getattr(self, field), self._meta.get_field(field).verbose_name
+            value, name = getattr(self, field), column(field).verbose_name
             if most is not None and not least <= value <= most:
                 raise KeyRuleError(field, f"{name} must be between {least} and {most}.")
             if value < least:
@@ -174,9 +181,9 @@ class ApiKey(models.Model):
         if self.credits > self.max_credits:
             raise KeyRuleError("credits", f"credits ({self.credits}) may not exceed maxCredits ({self.max_credits}).")
         for field in ("name", *OWNER_FIELDS.values()):
-            column = self._meta.get_field(field)
-            if len(getattr(self, field)) > column.max_length:
-                raise KeyRuleError(field, f"{column.verbose_name} may be at most {column.max_length} characters.")
+            text = column(field)
+            if text.max_length is not None and len(getattr(self, field)) > text.max_length:
+                raise KeyRuleError(field, f"{text.verbose_name} may be at most {text.max_length} characters.")
 
     def __str__(self):
         return f"{self.prefix}… ({self.tier})"
@@ -203,6 +210,11 @@ class ApiKey(models.Model):
         """Sets the members given and keeps the others; None clears a member."""
         for member, value in members.items():
             setattr(self, OWNER_FIELDS[member], "" if value is None else value)
+
+
+def column(field: str) -> models.Field:
+    """The ApiKey column named ``field`` (get_field also answers relations; every name asked here is a column)."""
+    return cast(models.Field, ApiKey._meta.get_field(field))
 
 
 class AuditLog(models.Model):

@@ -14,10 +14,11 @@ naming_rule_errors turns that back into the member's dotted ``param`` through th
 declared sources.
 """
 from contextlib import contextmanager
+from typing import Any
 
 from rest_framework import serializers
 
-from keys.models import TIERS, ApiKey, KeyRuleError, bounds
+from keys.models import TIERS, ApiKey, KeyRuleError, bounds, column
 from utils_app.serializers import (
     StrictBooleanField,
     StrictCharField,
@@ -37,7 +38,7 @@ def _number(field: str, **kwargs) -> StrictIntegerField:
 
 def _text(field: str, **kwargs) -> StrictCharField:
     # The column's own max_length, so an over-long value is a 400 and never a database error.
-    return StrictCharField(required=False, allow_blank=True, max_length=ApiKey._meta.get_field(field).max_length,
+    return StrictCharField(required=False, allow_blank=True, max_length=column(field).max_length,
                            **kwargs)
 
 
@@ -64,12 +65,11 @@ class ApiKeyConfigSerializer(StrictSerializer):
 
 class UpdateKeyRequest(StrictSerializer):
     key = StrictCharField(max_length=SECRET_MAX_LENGTH, help_text="The secret of the key to change.")
-    update = ApiKeyConfigSerializer()
+    update: Any = ApiKeyConfigSerializer()  # a field: DRF's metaclass takes it off the class, .update stays
 
 
 def _defaults() -> str:
-    default = {field: ApiKey._meta.get_field(field).default for field in ("tier", "credits", "rpm", "rph",
-                                                                          "max_concurrent")}
+    default = {field: column(field).default for field in ("tier", "credits", "rpm", "rph", "max_concurrent")}
     return (f"Defaults: tier {default['tier']}, credits {default['credits']}, maxCredits = credits, "
             f"rpm {default['rpm']}, rph {default['rph']}, maxConcurrent {default['max_concurrent']}, empty owner.")
 

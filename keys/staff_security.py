@@ -208,7 +208,8 @@ class StaffLoginForm(AdminAuthenticationForm):
 class StaffLoginView(LoginView):
     authentication_form = StaffLoginForm
     template_name = "admin/staff/login.html"
-    next_page = reverse_lazy("admin:index")  # where an unsafe or missing "next" leads
+    # Where an unsafe or missing "next" leads. The stubs want a str; Django resolves a lazy URL when it is used.
+    next_page = reverse_lazy("admin:index")  # type: ignore[assignment]
 
     def form_invalid(self, form):
         response = super().form_invalid(form)

@@ -7,7 +7,9 @@ without counting ten million rows.
 """
 import json
 import re
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any, cast
 
 from django import forms
 from django.contrib import admin, messages
@@ -179,7 +181,7 @@ class ProviderForm(CatalogRulesForm):
 
 def pool_entries(model: AiModel) -> list[dict]:
     """A model's pool as the catalog lists it: one entry per provider and upstream name, whatever its secrets."""
-    entries = {}
+    entries: dict[tuple[str, str], dict[str, Any]] = {}
     for deployment in sorted(model.deployments.all(), key=lambda d: (d.priority, d.pk)):
         entries.setdefault((deployment.provider.name, deployment.upstream_model), {
             "provider": deployment.provider.name, "upstream_model": deployment.upstream_model,
@@ -279,6 +281,9 @@ class DeploymentFormSet(BaseInlineFormSet):
     catalog.save_pool, which expands each entry into one deployment per secret of its provider and keeps the
     rows that stay (their ids, and a disabled one disabled)."""
 
+    # BaseFormSet's own, which the stubs leave out: whether a form is marked for deletion.
+    _should_delete_form: Callable[[forms.BaseForm], bool]
+
     def get_queryset(self):
         if not hasattr(self, "_queryset"):
             rows = super().get_queryset()
@@ -292,11 +297,11 @@ class DeploymentFormSet(BaseInlineFormSet):
         """The rows that make the pool: every listed one and every new one filled in, less those marked for
         deletion."""
         kept = []
-        for index, form in enumerate(self.forms):
+        for index, form in enumerate(self.forms):  # DeploymentForms (DeploymentInline.form)
             listed = index < self.initial_form_count()
             if (listed or form.has_changed()) and not self._should_delete_form(form):
                 kept.append(form)
-        return kept
+        return cast("list[DeploymentForm]", kept)
 
     def clean(self):
         super().clean()
@@ -478,7 +483,7 @@ def matrix_changes(post) -> dict[int, dict[str, bool]]:
 
     shown = {int(pk) for pk in post.getlist("model") if pk.isdigit()}
     was, now = cells("was"), cells("access")
-    changes = {}
+    changes: dict[int, dict[str, bool]] = {}
     for pk, tier in was ^ now:
         if pk in shown:
             changes.setdefault(pk, {})[tier] = (pk, tier) in now

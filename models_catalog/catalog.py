@@ -11,8 +11,8 @@ other processes pick a change up within CATALOG_CACHE_SECONDS.
 """
 import re
 import threading
-import time
 import tomllib
+from typing import Any, cast
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from django.db.models.signals import post_delete, post_save
 from keys.models import TIERS
 from models_catalog.models import ROUTING_STRATEGIES, AiModel, Deployment, Provider
 from models_catalog.provider_types import MODEL_TYPES, TYPES
+from utils_app import clock, state
 from utils_app.env import ENV_NAME_RE
 
 DEFAULT_CATALOG = Path(__file__).resolve().parent / "default_catalog.toml"
@@ -296,7 +297,7 @@ def check_model(entry: dict, providers: dict, *, where: str) -> dict:
 class Snapshot:
     models: dict  # public id -> AiModel (enabled only), each with ``pool``: its deployments, providers attached
     providers: dict  # name -> Provider
-    loaded_at: float = field(default_factory=time.monotonic)
+    loaded_at: float = field(default_factory=lambda: clock.monotonic())
 
 
 _lock = threading.Lock()
@@ -306,12 +307,12 @@ _snapshot: Snapshot | None = None
 def snapshot() -> Snapshot:
     global _snapshot
     current = _snapshot
-    if current is not None and time.monotonic() - current.loaded_at < settings.CATALOG_CACHE_SECONDS:
+    if current is not None and clock.monotonic() - current.loaded_at < settings.CATALOG_CACHE_SECONDS:
         return current
     with _lock:
         if _snapshot is current:
             _snapshot = _load_snapshot()
-        return _snapshot
+        return cast(Snapshot, _snapshot)  # loaded above, or by the thread that held the lock before
 
 
 def _load_snapshot() -> Snapshot:
@@ -328,6 +329,7 @@ def _load_snapshot() -> Snapshot:
     return Snapshot(models={model.model_id: model for model in models.values()}, providers=providers)
 
 
+@state.on_reset
 def invalidate(**kwargs) -> None:
     global _snapshot
     _snapshot = None
@@ -379,7 +381,7 @@ def load_catalog(path: Path | None = None) -> dict:
     except (OSError, UnicodeDecodeError) as exc:
         raise CatalogError(f"cannot read {path.name}: {exc}") from None
     providers, models = parse_catalog(text)
-    report = {"created": [], "updated": [], "unchanged": []}
+    report: dict[str, list[str]] = {"created": [], "updated": [], "unchanged": []}
     with transaction.atomic():
         by_name = {}
         for fields in providers:
@@ -400,18 +402,18 @@ def load_catalog(path: Path | None = None) -> dict:
 def save_pool(model: AiModel, pool: list[dict]) -> bool:
     """Make the model's deployments those of ``pool`` (checked entries with Provider objects), one per
     secret of each provider; returns whether anything changed. Rows that stay keep their id and state."""
-    wanted = {}
+    wanted: dict[tuple[int, str, str], dict[str, Any]] = {}
     for entry in pool:
         for secret_env in entry["provider"].secret_envs():
             wanted[(entry["provider"].pk, secret_env, entry["upstream_model"])] = entry
     changed = False
     for deployment in list(model.deployments.all()):
-        entry = wanted.pop((deployment.provider_id, deployment.secret_env, deployment.upstream_model), None)
-        if entry is None:
+        kept = wanted.pop((deployment.provider_id, deployment.secret_env, deployment.upstream_model), None)
+        if kept is None:
             deployment.delete()
             changed = True
             continue
-        values = {name: entry[name] for name in ("priority", "weight", "rpm")}
+        values = {name: kept[name] for name in ("priority", "weight", "rpm")}
         if any(getattr(deployment, name) != value for name, value in values.items()):
             Deployment.objects.filter(pk=deployment.pk).update(**values)
             changed = True

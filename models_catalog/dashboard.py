@@ -109,7 +109,7 @@ def column_chart(*, title: str, labels: list[str], series: list[tuple[str, str, 
     gap = min(2.0, slot * 0.2)
     scale = chart.plot_height / top
     for i, label in enumerate(labels):
-        base = chart.baseline
+        base: float = chart.baseline
         for name, css, values in series:
             value = values[i]
             if value <= 0:

@@ -78,6 +78,11 @@ class AiModel(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    # Not stored: the catalog snapshot's instances carry their pool, the enabled deployments by priority
+    # (models_catalog.catalog), and the usage dashboard's copies their figures (models_catalog.analytics).
+    pool: list["Deployment"]
+    usage: dict
+
     class Meta:
         ordering = ["model_id"]
         verbose_name = "model"

@@ -5,6 +5,8 @@ the views pass them the domain values of models_catalog.analytics (AiModel
 instances, counters named as in models_catalog.usage.COUNTERS), and the wire names
 (``totalRequests``, ``creditsSpent``, ...) live here only, each with its ``source``.
 """
+from typing import Any
+
 from rest_framework import serializers
 
 from keys.models import TIERS
@@ -119,15 +121,16 @@ class ModelListResponse(serializers.Serializer):
     object = FixedText("list", required=False, help_text='"list".')
     success = FixedFlag(True, required=False, help_text="web view only.")
     models = ModelEntryWithAnalytics(many=True, required=False, help_text="web view only.")
-    data = ModelEntry(many=True, required=False, source="models",
-                      help_text="default view only (OpenAI-compatible).")
+    # A field: DRF's metaclass takes it off the class, so .data stays the serializer's output.
+    data: Any = ModelEntry(many=True, required=False, source="models",
+                           help_text="default view only (OpenAI-compatible).")
     globalStats = GlobalStats(required=False, source="totals", help_text="web view only.")
 
     def __init__(self, *args, web_view: bool | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         if web_view is not None:
             kept = self.WEB_VIEW if web_view else self.DEFAULT_VIEW
-            for name in [name for name in self.fields if name not in kept]:
+            for name in [name for name in self.fields.keys() if name not in kept]:
                 self.fields.pop(name)
 
 

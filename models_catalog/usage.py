@@ -17,9 +17,10 @@ nothing was recorded; rows grouped by model also carry ``model_id`` (the pk) and
 ``model__model_id`` (the public id), as Django's ``values()`` names them.
 """
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import date, datetime, time, timedelta
 from datetime import timezone as dt_timezone
+from typing import Any
 
 from django.db import connection
 from django.db.models import Aggregate, Count, IntegerField, Q, Sum
@@ -45,7 +46,7 @@ def zero() -> dict:
     return dict.fromkeys(COUNTERS, 0)
 
 
-def counters(row: dict) -> dict:
+def counters(row: Mapping[str, Any]) -> dict:
     """The counters of a row, 0 where the database summed nothing (NULL)."""
     return {name: row.get(name) or 0 for name in COUNTERS}
 
@@ -200,7 +201,7 @@ def latency_percentiles(*, since: datetime, fractions: tuple[float, ...], model_
         events = events.filter(success=True)
     names = [f"p{index}" for index in range(len(fractions))]
     if connection.vendor == "postgresql":
-        rows = events.order_by().values("model_id").annotate(
+        rows: Iterable[Mapping[str, Any]] = events.order_by().values("model_id").annotate(
             **{name: _PercentileDisc("latency_ms", fraction=fraction) for name, fraction in zip(names, fractions)})
         return {row["model_id"]: [row[name] for name in names] for row in rows}
     # SQLite has no percentile function: count, then fetch the value at each rank,

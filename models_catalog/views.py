@@ -10,7 +10,6 @@ against that key's rpm/rph instead (KeyOrAddressLimits).
 not count against the key's rpm/rph (reading one's own usage must not eat the
 budget it reports on); it shares the per-address limit of the public operations.
 """
-from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.permissions import AllowAny
@@ -22,6 +21,7 @@ from keys.limits import KeyRequestLimits
 from models_catalog import analytics
 from models_catalog import serializers as s
 from models_catalog.catalog import get_model
+from utils_app import clock
 from utils_app.errors import NotFound
 from utils_app.limits import PublicAPIView, PublicRateThrottle
 from utils_app.schema import error_responses
@@ -75,7 +75,7 @@ class ModelListView(CatalogView):
         query = s.ModelsQuery(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         if query.validated_data["web-view"]:
-            listing = analytics.model_list_with_usage(now=timezone.now())
+            listing = analytics.model_list_with_usage(now=clock.utcnow())
             return Response(s.ModelListResponse(listing, web_view=True).data)
         return Response(s.ModelListResponse(analytics.model_list(), web_view=False).data)
 
@@ -110,7 +110,7 @@ class KeyStatisticsView(PublicAPIView):
         responses={200: s.KeyStatisticsResponse, **error_responses(401, 429, 500)},
     )
     def get(self, request):
-        statistics = analytics.key_statistics(key=request.user, now=timezone.now())
+        statistics = analytics.key_statistics(key=request.user, now=clock.utcnow())
         return Response(s.KeyStatisticsResponse(statistics).data)
 
 
@@ -122,7 +122,7 @@ class GlobalStatisticsView(PublicAPIView):
         responses={200: s.GlobalStatisticsResponse, **error_responses(429, 500)},
     )
     def get(self, request):
-        return Response(s.GlobalStatisticsResponse(analytics.global_statistics(now=timezone.now())).data)
+        return Response(s.GlobalStatisticsResponse(analytics.global_statistics(now=clock.utcnow())).data)
 
 
 class BenchmarkView(PublicAPIView):
@@ -135,4 +135,4 @@ class BenchmarkView(PublicAPIView):
         responses={200: s.BenchmarkResponse, **error_responses(429, 500)},
     )
     def get(self, request):
-        return Response(s.BenchmarkResponse(analytics.benchmark(now=timezone.now())).data)
+        return Response(s.BenchmarkResponse(analytics.benchmark(now=clock.utcnow())).data)

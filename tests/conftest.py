@@ -1,13 +1,16 @@
 """Fixtures shared by every test: named keys, a seeded catalog, clean caches, private media."""
+from types import SimpleNamespace
+
+import django_ratelimit.core
 import pytest
 from django.core.cache import cache
 from django.db import connection
 
-from gateway import routing
-from keys import auth_cache
+import gateway.routing  # noqa: F401  (imported for its process state, which state.reset forgets)
 from keys.services import issue_key
 from models_catalog import catalog
-from utils_app import limits, windows
+from utils_app import clock as product_clock
+from utils_app import state
 
 
 def pytest_collection_modifyitems(config, items):
@@ -25,17 +28,27 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _isolated_state(settings, tmp_path):
-    """Each test starts with an empty cache, a fresh catalog snapshot and its own media folder."""
+    """Each test starts with an empty cache, the state of a fresh process (utils_app.state: counters,
+    key cache, catalog snapshot, routing figures, metrics, the real clock) and its own media folder."""
     settings.MEDIA_ROOT = tmp_path / "media"
     settings.LEDGER_SWEEP_SECONDS = 0  # no background sweeps inside a test's transaction
     cache.clear()
-    windows.reset()
-    routing.reset()
-    limits.forget_guessers()
-    auth_cache.clear()
-    catalog.invalidate()
+    state.reset()
     yield
-    catalog.invalidate()
+    state.reset()
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """The product's clock (utils_app.clock) stopped at the real time now for the test: windows,
+    cooldowns, cache ages and usage dates stand still until the test moves them with ``.set(epoch)``
+    or ``.advance(seconds)``, so no test waits for a minute or a day to turn."""
+    stopped = product_clock.stop()
+    # The public per-address limit (utils_app.limits.PublicRateThrottle) is django-ratelimit's, whose
+    # fixed windows read time.time: here they read the stopped clock too.
+    monkeypatch.setattr(django_ratelimit.core, "time", SimpleNamespace(time=lambda: product_clock.now()))
+    yield stopped
+    product_clock.start()
 
 
 @pytest.fixture

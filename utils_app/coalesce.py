@@ -27,9 +27,12 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Hashable, Sequence
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from gevent.monkey import get_original
+
+if TYPE_CHECKING:
+    from _thread import LockType
 
 # The unpatched lock: gevent's monkey-patching leaves the original here.
 _system_lock = get_original("_thread", "allocate_lock")
@@ -48,10 +51,11 @@ class _Waiting(Generic[T]):
 
     def __init__(self, item: T):
         self.item = item
-        self.result = None
+        self.result: Any = None  # what the group's work gave for this item
         self.error: BaseException | None = None
         self.lead = False  # set under the lock when this caller is to run the next group
-        self.woken: threading.Event | None = None  # only a caller that waits needs one
+        # Only a caller that waits needs one (set under the lock); a leader never touches it.
+        self.woken = cast("threading.Event", None)
 
 
 class Coalescer(Generic[T, R]):
@@ -72,8 +76,8 @@ class Coalescer(Generic[T, R]):
         self.lock_of = lock_of
         self.gather = gather
         self._company = False  # whether the last group found others queued with its leader
-        self._pid = None
-        self._lock = None
+        self._pid: int | None = None
+        self._lock = cast("LockType", None)  # made by the first run in each process
         self._queue: list[_Waiting[T]] = []
         self._led = False  # whether a caller holds the lead (a group running, or the lead handed on)
 

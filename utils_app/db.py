@@ -69,7 +69,8 @@ def context_wrapper(alias: str = DEFAULT_DB_ALIAS):
     One lookup in Django's context-local store of wrappers, which is what ``connections.all(initialized_only=True)``
     does for every alias, twice for each one it finds, and building a list besides; a metered request asks
     this two or three times."""
-    return getattr(connections._connections, alias, None)
+    # Django's private store (BaseConnectionHandler._connections), which the stubs leave out.
+    return getattr(connections._connections, alias, None)  # type: ignore[attr-defined]
 
 
 _statement_wrappers: dict = {}  # alias -> this process's wrapper for statements alone, or None where there is none
@@ -94,7 +95,8 @@ def statements_wrapper(alias: str = DEFAULT_DB_ALIAS):
         shared = _statement_wrappers[alias]
     except KeyError:
         shared = connections.create_connection(alias)
-        if shared.vendor != "postgresql" or shared.pool is None or not hasattr(shared, "run_alone"):
+        # PostgreSQL's wrapper has a pool (None when not configured); the stubs know only the base wrapper.
+        if shared.vendor != "postgresql" or getattr(shared, "pool", None) is None or not hasattr(shared, "run_alone"):
             shared = None
         _statement_wrappers[alias] = shared
     return connections[alias] if shared is None else shared

@@ -8,6 +8,7 @@ import ipaddress
 import os
 import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
@@ -178,7 +179,7 @@ def database_from_url(url: str, *, data_dir: Path) -> dict:
             port = parts.port
         except ValueError:
             raise ImproperlyConfigured(f"DATABASE_URL has a bad port: {url!r}") from None
-        options = dict(parse_qsl(parts.query))
+        options: dict[str, Any] = dict(parse_qsl(parts.query))
         # A psycopg connection pool per process: a new PostgreSQL connection costs more
         # than the whole metered request path, and the pool bounds the connections a
         # process holds however many threads it runs (gthread workers x threads could

@@ -316,7 +316,7 @@ def validation_error(exc: drf.ValidationError) -> InvalidRequest:
     if not found:
         return InvalidRequest("Invalid request.")
     param, detail = found
-    code = VALIDATION_CODES.get(getattr(detail, "code", None), "invalid_value")
+    code = VALIDATION_CODES.get(getattr(detail, "code", ""), "invalid_value")
     message = str(detail)
     if param and code != "invalid_json":
         message = f"{param}: {message}"
@@ -345,7 +345,8 @@ def as_gateway_error(exc: Exception) -> GatewayError:
     if isinstance(exc, (drf.PermissionDenied, PermissionDenied)):
         return Forbidden("Permission denied.")
     if isinstance(exc, drf.Throttled):
-        return RateLimited("Too many requests.", retry_after=exc.wait or 1)
+        # DRF sets Throttled.wait in __init__; the stubs leave the attribute out.
+        return RateLimited("Too many requests.", retry_after=exc.wait or 1)  # type: ignore[attr-defined]
     if isinstance(exc, drf.APIException):
         return ClientError(str(exc.detail), status=exc.status_code, code=exc.default_code)
     if isinstance(exc, (db.OperationalError, db.InterfaceError)):

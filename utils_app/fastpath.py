@@ -27,7 +27,8 @@ import hashlib
 import os
 import threading
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 from django.core.cache.backends.redis import RedisCache
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -63,8 +64,8 @@ def _build_fields(serializer) -> BindingDict:
 def _build_nested_fields(field) -> None:
     """Build the fields of every serializer below ``field`` now, so nothing is built lazily later."""
     if isinstance(field, serializers.Serializer):
-        for child in field.fields.values():
-            _build_nested_fields(child)
+        for nested in field.fields.values():
+            _build_nested_fields(nested)
     child = getattr(field, "child", None)  # ListField and ListSerializer
     if child is not None:
         _build_nested_fields(child)
@@ -84,6 +85,9 @@ class SharedFields:
     """
 
     _shared_fields_lock = threading.Lock()
+    # Set on each class by _class_fields (read through the class's own __dict__).
+    _prototype: "SharedFields"
+    _shared_fields: BindingDict
 
     @property
     def fields(self):
@@ -352,7 +356,8 @@ def _packed(connection, commands: list[tuple]):
     writes as redis-py would (tests/utils_app/test_fastpath.py compares the two). Otherwise (no
     hiredis, a value of another type) the connection packs them.
     """
-    if _pack_command is not None and isinstance(getattr(connection, "_command_packer", None), HiredisRespSerializer):
+    if _pack_command is not None and isinstance(getattr(connection, "_command_packer", None),
+                                                  cast(type, HiredisRespSerializer)):  # set with _pack_command
         try:
             return [b"".join([_pack_command(command) for command in commands])]
         except TypeError:
@@ -376,6 +381,11 @@ def _read_replies(connection, count: int) -> list:
 class ScriptedRedisCache(RedisCache):
     """Django's Redis cache on one client per process, plus commands sent in one round trip (a Lua script
     with other commands beside it)."""
+
+    # RedisCache's own attributes (set by its __init__) that the shared client is built from.
+    _servers: list[str]
+    _class: type
+    _options: dict[str, Any]
 
     def _shared(self) -> _Shared:
         key = tuple(self._servers)
@@ -429,7 +439,7 @@ class ScriptedRedisCache(RedisCache):
             shared.give_back(connection)
             return replies
 
-    def run_script(self, source: str, *, keys: list[str], args: list, commands: list[tuple] = ()) -> tuple:
+    def run_script(self, source: str, *, keys: list[str], args: list, commands: Sequence[tuple] = ()) -> tuple:
         """Run a Lua script and, in the same round trip, ``commands`` (as ``round_trip`` takes them).
 
         Returns (the script's answer, the replies of the other commands). ``keys`` must come

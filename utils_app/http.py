@@ -32,8 +32,10 @@ import http.client
 import json
 import os
 import re
+import socket
 import threading
 from http.cookiejar import DefaultCookiePolicy
+from typing import cast
 
 from urllib.parse import urlsplit
 
@@ -83,7 +85,8 @@ class Upstreams:
                     session = self._sessions[base_url] = self._build(base_url)
         return session
 
-    def post(self, base_url: str, url: str, *, data: bytes | str, headers: dict, timeout) -> "Answer":
+    def post(self, base_url: str, url: str, *, data: bytes | str, headers: dict,
+             timeout) -> "Answer | requests.Response":
         """What ``self.session(base_url).post(..., stream=True)`` sends, sent straight through the urllib3
         connection pool the session's adapter keeps for the upstream (its TLS settings included), with the
         session's headers under the call's own. The answer's body is left unread.
@@ -132,10 +135,10 @@ class Upstreams:
         pool = self._pools.get(origin)
         if pool is None:
             session = self.session(base_url)
-            adapter = session.get_adapter(url)
+            adapter = cast(HTTPAdapter, session.get_adapter(url))  # the one _build mounts
             prepared = requests.Request("POST", url).prepare()
             pool = adapter.get_connection_with_tls_context(prepared, session.verify)
-            adapter.cert_verify(pool, prepared.url, session.verify, None)
+            adapter.cert_verify(pool, cast(str, prepared.url), session.verify, None)  # prepare() set it
             pool.ConnectionCls = _CHECKED_CHEAPLY.get(pool.ConnectionCls, pool.ConnectionCls)
             self._pools[origin] = pool
         return pool
@@ -158,6 +161,8 @@ class _CheapCheck:
     """urllib3's check, at each checkout, that the upstream has not closed a kept-alive connection,
     asked of the kernel directly (utils_app.sockets): the same answer, without gevent's poll."""
 
+    sock: socket.socket | None  # the connection's, mixed into urllib3's HTTPConnection
+
     @property
     def is_connected(self) -> bool:
         if self.sock is None:
@@ -173,7 +178,7 @@ class _CheckedHTTPSConnection(_CheapCheck, HTTPSConnection):
     pass
 
 
-_CHECKED_CHEAPLY = {HTTPConnection: _CheckedHTTPConnection, HTTPSConnection: _CheckedHTTPSConnection}
+_CHECKED_CHEAPLY: dict[type, type] = {HTTPConnection: _CheckedHTTPConnection, HTTPSConnection: _CheckedHTTPSConnection}
 
 
 # Header lines as the email package's parser reads them without a defect and with nothing of the

@@ -1,14 +1,13 @@
 """Limits per client address: keyless operations (PUBLIC_RATE_LIMIT) and failed authentications."""
 import ipaddress
 import logging
-import time
 
 from django.conf import settings
 from django_ratelimit.core import get_usage
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
-from utils_app import windows
+from utils_app import clock, state, windows
 from utils_app.errors import RateLimited
 
 log = logging.getLogger("gateway.limits")
@@ -65,7 +64,7 @@ class PublicAPIView(APIView):
 
 # ---------------------------------------------------------------- failed authentications
 
-# Addresses this process saw go over AUTH_FAILURES_PER_MINUTE: address -> time.monotonic() at which
+# Addresses this process saw go over AUTH_FAILURES_PER_MINUTE: address -> clock.monotonic() at which
 # their minute ends. Only the failures are counted in the shared cache; this map is what lets the
 # next guesses be refused without a round trip or a key lookup.
 _guessing: dict[str, float] = {}
@@ -83,7 +82,7 @@ def refuse_known_guesser(request) -> None:
     until = _guessing.get(address)
     if until is None:
         return
-    left = until - time.monotonic()
+    left = until - clock.monotonic()
     if left <= 0:
         _guessing.pop(address, None)
         return
@@ -103,7 +102,7 @@ def count_failed_authentication(request) -> None:
     if minute.count > settings.AUTH_FAILURES_PER_MINUTE:
         if len(_guessing) >= _MAX_GUESSING:
             _guessing.clear()
-        _guessing[address] = time.monotonic() + minute.reset_seconds
+        _guessing[address] = clock.monotonic() + minute.reset_seconds
         raise _too_many_failures(minute.reset_seconds)
 
 
@@ -113,6 +112,7 @@ def _too_many_failures(seconds_left: float) -> RateLimited:
                        retry_after=max(1, round(seconds_left)))
 
 
+@state.on_reset
 def forget_guessers() -> None:
     """Forget the refused addresses of this process (tests)."""
     _guessing.clear()

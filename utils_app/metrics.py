@@ -31,6 +31,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from utils_app import state
 from utils_app.limits import client_address
 
 # The gateway's own share of a request is around a millisecond; an upstream's, seconds.
@@ -224,6 +225,7 @@ def limit_rejected(param: str) -> None:
     _count(LIMIT_REJECTIONS, 1, param)
 
 
+@state.on_reset
 def reset() -> None:
     """Every count of this process back to nothing (tests; in multiprocess mode the files hold the counts)."""
     _tally.clear()

@@ -14,6 +14,7 @@ member, not to a null one, so a serializer whose defaults must hold for null too
 merges them back in (as the gateway's image, speech and embeddings requests do).
 """
 from collections.abc import Mapping
+from typing import Any
 
 from django.core.validators import (
     MaxLengthValidator,
@@ -295,7 +296,9 @@ class StrictSerializer(SharedFields, GivenFieldsOnly, serializers.Serializer):
     # JSON-schema keywords merged into the serializer's OpenAPI component (utils_app.schema):
     # what validation enforces beyond the fields themselves. A subclass with cross-member rules
     # extends it, so the schema never calls valid what the service refuses.
-    schema_rules = {"additionalProperties": False}
+    schema_rules: dict[str, Any] = {"additionalProperties": False}
+    # DRF's own, set by is_valid (and by the quick path below): the validation errors by member.
+    _errors: dict[str, Any]
 
     # Validates with fields bound once per class (utils_app.fastpath.SharedFields).
 

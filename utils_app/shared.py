@@ -76,7 +76,7 @@ def commands(ops: list[Op], make_key=None) -> list[tuple]:
     cache's, when the caller already holds the cache (each use of Django's ``cache`` proxy is a lookup
     in context-local storage)."""
     make_key = make_key or cache.make_key
-    sent = []
+    sent: list[tuple] = []
     for op in ops:
         name = make_key(op.name)
         if op.kind == "get":
@@ -109,7 +109,8 @@ def answers(ops: list[Op], replies: list) -> list:
     for reply in replies:
         if isinstance(reply, Exception):
             raise reply
-    found, at = [], 0
+    found: list = []
+    at = 0
     for op in ops:
         if op.kind == "incr":
             found.append(int(replies[at + 1]))

@@ -14,7 +14,7 @@ microseconds for the system call itself (docs/performance.md). Here:
 """
 from gevent.monkey import get_original, is_module_patched
 
-_poll, _POLLIN = get_original("select", ["poll", "POLLIN"])
+_poll, _POLLIN = get_original("select", "poll"), get_original("select", "POLLIN")
 
 # psycopg's waits (psycopg.waiting.Wait: R = 1, W = 2, RW = 3) are libev's and libuv's event bits.
 _READ, _WRITE = 1, 2

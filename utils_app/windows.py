@@ -11,13 +11,13 @@ Each name's windows are shifted by a stable offset, so windows of different keys
 do not all reset on the same second.
 """
 import threading
-import time
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
 
-from utils_app import shared
+from utils_app import clock, shared, state
 
 # ARGV[1] is the number of windows n. KEYS[1..n] are their counters and ARGV[2..n+1] their
 # expiries. With one more name (KEYS[n+1]) its value is returned after the counts; a name with
@@ -56,7 +56,7 @@ def _position(name: str, period: int, now: float) -> tuple[int, int]:
 
 def seconds_left(name: str, period: int) -> int:
     """Seconds until ``name``'s current window of ``period`` seconds ends."""
-    return _position(name, period, time.time())[1]
+    return _position(name, period, clock.now())[1]
 
 
 class _MemoryCounters:
@@ -97,11 +97,11 @@ class Counted:
 
 
 def count_and_read(name: str, periods: tuple[int, ...], read: str | None = None, default: str = "",
-                   also: list[shared.Op] = ()) -> Counted | None:
+                   also: Sequence[shared.Op] = ()) -> Counted | None:
     """Count one event in each window of ``name`` and, in the same round trip, read the shared
     cache's value of ``read`` (set to ``default`` when it has none) and run the ``also`` ops.
     None when the shared cache cannot be reached."""
-    now = time.time()
+    now = clock.now()
     positions = [_position(name, period, now) for period in periods]
     value = None
     if not settings.SHARED_CACHE:
@@ -111,7 +111,7 @@ def count_and_read(name: str, periods: tuple[int, ...], read: str | None = None,
         backend = shared.shared_cache()
         make_key = backend.make_key
         keys = [make_key(f"w:{name}:{period}:{bucket}") for period, (bucket, _) in zip(periods, positions)]
-        args = [len(periods), *(left + 1 for _, left in positions)]
+        args: list[int | str] = [len(periods), *(left + 1 for _, left in positions)]
         if read is not None:
             keys.append(make_key(read))
             args.append(default)
@@ -130,6 +130,7 @@ def count_and_read(name: str, periods: tuple[int, ...], read: str | None = None,
                    answers)
 
 
+@state.on_reset
 def reset() -> None:
     """Forget the in-process counters (tests)."""
     _memory.clear()

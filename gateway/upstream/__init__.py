@@ -17,7 +17,8 @@ upstream's name for the model) within the attempt's deadline. Its failures are t
 upstream errors of utils_app.errors, which tell the router whether the request moves on
 and what the answer means for the deployment's health.
 """
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from gateway.upstream.shapes import Audio, ChunkStream, Image, commits
 from gateway.upstream.transport import Deadline
@@ -31,34 +32,35 @@ class Adapter(Protocol):
 
     def __init__(self, deployment: Deployment, deadline: Deadline): ...
 
-    def chat(self, payload: dict) -> dict:
+    def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         """A chat.completion object."""
 
-    def chat_stream(self, payload: dict) -> ChunkStream:
+    def chat_stream(self, payload: dict[str, Any]) -> ChunkStream:
         """chat.completion.chunk objects, received up to the commit point."""
 
-    def images(self, payload: dict) -> list[Image]:
+    def images(self, payload: dict[str, Any]) -> list[Image]:
         """The image bytes, whatever form the upstream sent them in."""
 
-    def speech(self, payload: dict) -> Audio:
+    def speech(self, payload: dict[str, Any]) -> Audio:
         """The audio bytes and their content type."""
 
-    def embeddings(self, payload: dict) -> dict:
+    def embeddings(self, payload: dict[str, Any]) -> dict[str, Any]:
         """OpenAI's list of embeddings."""
 
     def probe(self, operation: str) -> None:
         """The cheapest call that proves the secret and the model work; raises the upstream error if not."""
 
 
-ADAPTERS: dict[str, type] = {}
+ADAPTERS: dict[str, Callable[[Deployment, Deadline], Adapter]] = {}
+_A = TypeVar("_A", bound=Callable[[Deployment, Deadline], Adapter])
 
 
-def register(name: str):
+def register(name: str) -> Callable[[_A], _A]:
     """Class decorator: the adapter of the provider type ``name``."""
     if name not in TYPES:
         raise ValueError(f"{name!r} is not a provider type (models_catalog.provider_types)")
 
-    def decorate(cls):
+    def decorate(cls: _A) -> _A:
         ADAPTERS[name] = cls
         return cls
     return decorate

@@ -17,12 +17,14 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.json_schemas import SchemaWalk
 from gateway.upstream import register
 from gateway.upstream.base import HttpAdapter
 from gateway.upstream.shapes import (
     EVENT_NAME,
+    Malformed,
     PASSED_THROUGH,
     ChunkStream,
     content_text,
@@ -67,7 +69,7 @@ def anthropic_refusal(status: int, content: bytes | str) -> Refusal:
 
 @register("anthropic")
 class AnthropicAdapter(HttpAdapter):
-    def auth_headers(self, secret: str) -> dict:
+    def auth_headers(self, secret: str) -> dict[str, Any]:
         return {"x-api-key": secret}
 
     def read_error(self, status: int, content: bytes) -> Refusal:
@@ -75,7 +77,7 @@ class AnthropicAdapter(HttpAdapter):
 
     type_headers = {"anthropic-version": API_VERSION}
 
-    def request(self, payload: dict, *, stream: bool) -> dict:
+    def request(self, payload: dict[str, Any], *, stream: bool) -> dict[str, Any]:
         default = getattr(self.provider, "max_tokens_default", None) or DEFAULT_MAX_TOKENS
         request = messages_request(payload, model=self.upstream_model, max_tokens_default=default)
         if stream:
@@ -84,11 +86,11 @@ class AnthropicAdapter(HttpAdapter):
 
     # -- operations
 
-    def chat(self, payload: dict) -> dict:
+    def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         body = self.transport.post_json(MESSAGES_PATH, self.request(payload, stream=False))
         return completion(body, model=self.upstream_model, malformed=self.transport.malformed)
 
-    def chat_stream(self, payload: dict) -> ChunkStream:
+    def chat_stream(self, payload: dict[str, Any]) -> ChunkStream:
         events = self.transport.stream(MESSAGES_PATH, self.request(payload, stream=True))
         usage = bool((payload.get("stream_options") or {}).get("include_usage"))
         return ChunkStream(self._chunks(events, usage=usage), events.close)
@@ -97,7 +99,7 @@ class AnthropicAdapter(HttpAdapter):
 
     passes_through = True
 
-    def messages(self, body: dict, *, headers: dict | None = None) -> dict:
+    def messages(self, body: dict[str, Any], *, headers: dict[str, Any] | None = None) -> dict[str, Any]:
         """A Messages request as the client sent it, under the deployment's model name (``headers``: the
         client's own that go with it, anthropic-beta). The answer is its chat translation, for the
         metering, with Anthropic's message itself under PASSED_THROUGH."""
@@ -107,14 +109,14 @@ class AnthropicAdapter(HttpAdapter):
         answer[PASSED_THROUGH] = message
         return answer
 
-    def messages_stream(self, body: dict, *, headers: dict | None = None) -> ChunkStream:
+    def messages_stream(self, body: dict[str, Any], *, headers: dict[str, Any] | None = None) -> ChunkStream:
         """The stream of a Messages request sent as it came: every event of Anthropic's under PASSED_THROUGH,
         in a chunk that translates it (empty for the events that say nothing to the metering)."""
         self.transport.headers.update(headers or {})
         events = self.transport.stream(MESSAGES_PATH, {**body, "model": self.upstream_model, "stream": True})
         return ChunkStream(self._chunks(events, usage=True, passed_through=True), events.close)
 
-    def _chunks(self, events: EventStream, *, usage: bool, passed_through: bool = False) -> Iterator[dict]:
+    def _chunks(self, events: EventStream, *, usage: bool, passed_through: bool = False) -> Iterator[dict[str, Any]]:
         stream = StreamTranslation(model=self.upstream_model)
         for data in events:
             event = json_object(data)
@@ -137,22 +139,22 @@ class AnthropicAdapter(HttpAdapter):
         if usage:
             yield stream.usage_chunk()
 
-    def _stream_error(self, event: dict, data: str) -> GatewayError:
+    def _stream_error(self, event: dict[str, Any], data: str) -> GatewayError:
         """An error Anthropic sends as an event once the stream is under way (``overloaded_error``, say):
         read as the error answer of its type's status would be."""
         error = event.get("error")
-        kind = error.get("type") if isinstance(error, dict) else None
+        kind = error.get("type", "") if isinstance(error, dict) else ""
         status = ERROR_STATUSES.get(kind, 502)
         return self.transport.refused(status, {}, anthropic_refusal(status, data))
 
 
 # ---------------------------------------------------------------- the request
 
-def messages_request(payload: dict, *, model: str, max_tokens_default: int) -> dict:
+def messages_request(payload: dict[str, Any], *, model: str, max_tokens_default: int) -> dict[str, Any]:
     """A Messages API request for an OpenAI-shaped chat request; a parameter Anthropic cannot honour raises."""
     refuse_unsupported(payload)
     system, messages = conversation(payload["messages"])
-    request: dict = {"model": model, "messages": messages,
+    request: dict[str, Any] = {"model": model, "messages": messages,
                      "max_tokens": payload.get("max_completion_tokens") or payload.get("max_tokens")
                      or max_tokens_default}
     if system:
@@ -175,7 +177,7 @@ def messages_request(payload: dict, *, model: str, max_tokens_default: int) -> d
     return request
 
 
-def refuse_unsupported(payload: dict) -> None:
+def refuse_unsupported(payload: dict[str, Any]) -> None:
     """What the Messages API has no way to do. Asking for nothing of it (n of 1, logprobs false, a text
     response format, an empty logit_bias) is honoured by doing nothing, so it is not refused."""
     if (payload.get("n") or 1) > 1:
@@ -198,7 +200,7 @@ def _unsupported(param: str, why: str) -> UnsupportedParameter:
     return UnsupportedParameter(f"The parameter '{param}' is not supported for this model: {why}.", param=param)
 
 
-def tool_definition(tool: dict, index: int, walk: SchemaWalk | None = None) -> dict:
+def tool_definition(tool: dict[str, Any], index: int, walk: SchemaWalk | None = None) -> dict[str, Any]:
     if tool.get("type") != "function":
         raise UnsupportedParameter(f"tools.{index}: tools of type {tool.get('type')!r} are not supported for this "
                                    f"model; only function tools are.", param="tools")
@@ -215,8 +217,9 @@ def tool_definition(tool: dict, index: int, walk: SchemaWalk | None = None) -> d
     return found
 
 
-def tool_choice(choice, *, parallel: bool | None) -> dict | None:
+def tool_choice(choice: Any, *, parallel: bool | None) -> dict[str, Any] | None:
     """OpenAI's tool_choice (and parallel_tool_calls: false) as Anthropic's tool_choice."""
+    found: dict[str, Any] | None
     if choice is None:
         found = {"type": "auto"} if parallel is False else None
     elif isinstance(choice, str):
@@ -233,19 +236,19 @@ def tool_choice(choice, *, parallel: bool | None) -> dict | None:
     return found
 
 
-def tool_id(value) -> str:
+def tool_id(value: Any) -> str:
     """A client's tool call id as Anthropic takes one (letters, digits, _ and -)."""
     return TOOL_ID_REFUSED.sub("_", value) if isinstance(value, str) and value else tool_call_id()
 
 
 # -- messages
 
-def conversation(messages: list[dict]) -> tuple[list[dict], list[dict]]:
+def conversation(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(system blocks, messages). System and developer messages become the system prompt, wherever they
     stand; assistant tool calls become tool_use blocks and tool messages tool_result blocks, the results
     in a row joined into one user turn; turns of one role in a row are merged (Anthropic's turns alternate)."""
-    system: list[dict] = []
-    turns: list[dict] = []
+    system: list[dict[str, Any]] = []
+    turns: list[dict[str, Any]] = []
     for index, message in enumerate(messages):
         role, where = message["role"], f"messages.{index}"
         if role in ("system", "developer"):
@@ -275,7 +278,7 @@ def conversation(messages: list[dict]) -> tuple[list[dict], list[dict]]:
     return system, turns
 
 
-def _add(turns: list[dict], role: str, blocks: list[dict]) -> None:
+def _add(turns: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
     if not blocks:
         return  # an empty turn (an assistant message with empty content): Anthropic refuses one
     if turns and turns[-1]["role"] == role:
@@ -290,7 +293,7 @@ def _add(turns: list[dict], role: str, blocks: list[dict]) -> None:
         turns.append({"role": role, "content": blocks})
 
 
-def _text_blocks(content, where: str) -> list[dict]:
+def _text_blocks(content: Any, where: str) -> list[dict[str, Any]]:
     if content is None:
         return []
     if isinstance(content, str):
@@ -306,7 +309,7 @@ def _text_blocks(content, where: str) -> list[dict]:
     return blocks
 
 
-def _user_blocks(content, where: str) -> list[dict]:
+def _user_blocks(content: Any, where: str) -> list[dict[str, Any]]:
     if not isinstance(content, list):
         return _text_blocks(content, where)
     blocks = []
@@ -333,7 +336,7 @@ def _user_blocks(content, where: str) -> list[dict]:
     return blocks
 
 
-def _source(url: str, where: str) -> dict:
+def _source(url: str, where: str) -> dict[str, Any]:
     """An image as Anthropic's source: a data URL's bytes inline, an https URL for Anthropic to fetch."""
     if url.startswith("https://"):
         return {"type": "url", "url": url}
@@ -343,14 +346,14 @@ def _source(url: str, where: str) -> dict:
     return {"type": "base64", "media_type": media_type, "data": data}
 
 
-def _part_unsupported(part: dict, where: str) -> UnsupportedParameter:
+def _part_unsupported(part: dict[str, Any], where: str) -> UnsupportedParameter:
     what = "file parts by file_id" if part.get("type") == "file" else f"content parts of type {part.get('type')!r}"
     return UnsupportedParameter(f"{where}: {what} are not supported for this model.", param="messages")
 
 
 # ---------------------------------------------------------------- the answer
 
-def finish_reason(reason, called: bool) -> str | None:
+def finish_reason(reason: Any, called: bool) -> str | None:
     if called:
         return "tool_calls"  # an answer that calls a function, whatever Anthropic's reason
     if not reason:
@@ -358,7 +361,7 @@ def finish_reason(reason, called: bool) -> str | None:
     return FINISH_REASONS.get(reason, "stop")
 
 
-def usage(counts) -> dict | None:
+def usage(counts: Any) -> dict[str, Any] | None:
     """Anthropic's usage as OpenAI's: prompt_tokens counts every input token, the ones read from the
     cache and the ones written to it included (Anthropic's input_tokens counts only the rest)."""
     if not isinstance(counts, dict):
@@ -367,26 +370,26 @@ def usage(counts) -> dict | None:
     # is metered instead (docs/hardening.md); the metering clamps what is left (gateway.services).
     cached, fresh, written, output = (tokens_reported(counts, name) for name in (
         "cache_read_input_tokens", "input_tokens", "cache_creation_input_tokens", "output_tokens"))
-    counted = {}
-    if None not in (cached, fresh, written):
+    counted: dict[str, Any] = {}
+    if cached is not None and fresh is not None and written is not None:
         counted["prompt_tokens"] = fresh + cached + written
     if output is not None:
         counted["completion_tokens"] = output
     if len(counted) == 2:
-        counted["total_tokens"] = counted["prompt_tokens"] + output
+        counted["total_tokens"] = counted["prompt_tokens"] + counted["completion_tokens"]
     if cached is not None:
         counted["prompt_tokens_details"] = {"cached_tokens": cached}
     return counted
 
 
-def _blocks(body: dict, malformed) -> list[dict]:
+def _blocks(body: dict[str, Any], malformed: Malformed) -> list[dict[str, Any]]:
     content = body.get("content")
     if not isinstance(content, list) or not all(isinstance(block, dict) for block in content):
         raise malformed("response")
     return content
 
 
-def _tool_call(block: dict, malformed) -> dict:
+def _tool_call(block: dict[str, Any], malformed: Malformed) -> dict[str, Any]:
     if not isinstance(block.get("name"), str) or not isinstance(block.get("input", {}), dict):
         raise malformed("tool call")
     return {"id": block["id"] if isinstance(block.get("id"), str) and block["id"] else tool_call_id(),
@@ -394,12 +397,12 @@ def _tool_call(block: dict, malformed) -> dict:
             "function": {"name": block["name"], "arguments": json.dumps(block.get("input") or {}, ensure_ascii=False)}}
 
 
-def _completion_id(message_id) -> str:
+def _completion_id(message_id: Any) -> str:
     return f"chatcmpl-{message_id}" if isinstance(message_id, str) and message_id else \
         f"chatcmpl-{uuid.uuid4().hex[:24]}"
 
 
-def completion(body: dict, *, model: str, malformed) -> dict:
+def completion(body: dict[str, Any], *, model: str, malformed: Malformed) -> dict[str, Any]:
     texts, calls = [], []
     for block in _blocks(body, malformed):
         if block.get("type") == "text" and isinstance(block.get("text"), str):
@@ -407,7 +410,7 @@ def completion(body: dict, *, model: str, malformed) -> dict:
         elif block.get("type") == "tool_use":
             calls.append(_tool_call(block, malformed))
         # thinking blocks and server tools' blocks are not part of OpenAI's answer
-    message = {"role": "assistant", "content": "".join(texts) if texts else None}
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
     if calls:
         message["tool_calls"] = calls
     answer = {"id": _completion_id(body.get("id")), "object": "chat.completion", "created": int(time.time()),
@@ -435,24 +438,24 @@ class StreamTranslation:
         self.model = model
         self.id = _completion_id(None)
         self.created = int(time.time())
-        self.counts: dict = {}
-        self.blocks: dict[int, _Block] = {}
+        self.counts: dict[str, Any] = {}
+        self.blocks: dict[Any, _Block] = {}  # by the index the upstream gives a block
         self.calls = 0
         self.opened = False
         self.done = False
 
-    def chunk(self, delta: dict, finish: str | None = None) -> dict:
+    def chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         if not self.opened:
             delta = {"role": "assistant", **delta}
             self.opened = True
         return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
 
-    def count(self, counts) -> None:
+    def count(self, counts: Any) -> None:
         if isinstance(counts, dict):
             self.counts.update({name: value for name, value in counts.items() if value is not None})
 
-    def translate(self, event: dict, *, malformed) -> dict | None:
+    def translate(self, event: dict[str, Any], *, malformed: Malformed) -> dict[str, Any] | None:
         kind = event.get("type")
         if kind == "message_start":
             message = event.get("message")
@@ -487,12 +490,14 @@ class StreamTranslation:
             return None  # thinking, signatures, citations: not part of OpenAI's answer
         if kind == "message_delta":
             self.count(event.get("usage"))
-            delta = event.get("delta") if isinstance(event.get("delta"), dict) else {}
+            delta = event.get("delta")
+            if not isinstance(delta, dict):
+                delta = {}
             return self.chunk({}, finish_reason(delta.get("stop_reason") or "end_turn", self.calls > 0))
         if kind == "message_stop":
             self.done = True
         return None  # ping, content_block_stop, and event types added after this was written
 
-    def usage_chunk(self) -> dict:
+    def usage_chunk(self) -> dict[str, Any]:
         return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
                 "choices": [], "usage": usage(self.counts)}

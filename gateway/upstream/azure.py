@@ -6,6 +6,7 @@ the secret in the ``api-key`` header. The deployment's upstream name is the Azur
 deployment's name; the body names it as the model too, as Azure's own client does.
 """
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import quote
 
 from gateway.upstream import register
@@ -16,7 +17,7 @@ from models_catalog.provider_types import DEFAULT_AZURE_API_VERSION
 
 @register("azure")
 class AzureAdapter(OpenAIAdapter):
-    def auth_headers(self, secret: str) -> dict:
+    def auth_headers(self, secret: str) -> dict[str, Any]:
         return {"api-key": secret}
 
     @property
@@ -27,7 +28,7 @@ class AzureAdapter(OpenAIAdapter):
         return (f"/openai/deployments/{quote(self.upstream_model, safe='')}{super().path(operation)}"
                 f"?api-version={quote(self.api_version, safe='')}")
 
-    def _chunks(self, events: EventStream) -> Iterator[dict]:
+    def _chunks(self, events: EventStream) -> Iterator[dict[str, Any]]:
         # Azure opens a stream with a chunk of its prompt filter results: no choices and no usage, which
         # OpenAI never sends and clients reading choices[0] of every chunk break on. It is left out.
         for chunk in super()._chunks(events):

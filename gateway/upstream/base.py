@@ -2,7 +2,9 @@
 that carries it in the type's own header."""
 import os
 from functools import cached_property
+from typing import Any
 
+from gateway.upstream.shapes import Audio, Image
 from gateway.upstream.transport import Deadline, HttpTransport, Refusal, json_object
 from models_catalog.catalog import secret_env_allowed
 from models_catalog.models import Deployment
@@ -38,7 +40,10 @@ class HttpAdapter:
                                         f"({variable} is not set).")
         return secret
 
-    def auth_headers(self, secret: str) -> dict:
+    def auth_headers(self, secret: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
 
     def read_error(self, status: int, content: bytes) -> Refusal:
@@ -47,7 +52,7 @@ class HttpAdapter:
 
     # The transport's class, and headers every call of the type carries besides the secret's.
     transport_class = HttpTransport
-    type_headers: dict = {}
+    type_headers: dict[str, Any] = {}
 
     @cached_property
     def transport(self) -> HttpTransport:
@@ -64,13 +69,13 @@ class HttpAdapter:
         return UpstreamError(f"The upstream provider '{self.name}' ({self.provider.type}) does not serve "
                              f"{operation} requests.")
 
-    def images(self, payload: dict):
+    def images(self, payload: dict[str, Any]) -> list[Image]:
         raise self.unsupported("image")
 
-    def speech(self, payload: dict):
+    def speech(self, payload: dict[str, Any]) -> Audio:
         raise self.unsupported("speech")
 
-    def embeddings(self, payload: dict) -> dict:
+    def embeddings(self, payload: dict[str, Any]) -> dict[str, Any]:
         raise self.unsupported("embedding")
 
     def probe(self, operation: str) -> None:

@@ -19,8 +19,9 @@ import math
 import struct
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote
 
 from django.conf import settings
@@ -28,7 +29,15 @@ from django.conf import settings
 from gateway.json_schemas import MAX_DEPTH, Schema, SchemaWalk
 from gateway.upstream import register
 from gateway.upstream.base import HttpAdapter
-from gateway.upstream.shapes import ChunkStream, content_text, data_url, function_call, tokens_reported, tool_call_id
+from gateway.upstream.shapes import (
+    ChunkStream,
+    Malformed,
+    content_text,
+    data_url,
+    function_call,
+    tokens_reported,
+    tool_call_id,
+)
 from gateway.upstream.transport import AnswerTooLarge, EventStream, HttpTransport, Refusal, json_object, note_fetched
 from utils_app.errors import (
     GatewayError,
@@ -85,7 +94,8 @@ def gemini_refusal(status: int, content: bytes | str) -> GeminiRefusal:
     message = error["message"] if isinstance(error.get("message"), str) else ""
     state = error["status"] if isinstance(error.get("status"), str) else ""
     reasons, delay, token_limit = set(), None, False
-    for detail in error.get("details") if isinstance(error.get("details"), list) else ():
+    details = error.get("details")
+    for detail in details if isinstance(details, list) else ():
         if not isinstance(detail, dict):
             continue
         if detail.get("@type") == ERROR_INFO and isinstance(detail.get("reason"), str):
@@ -115,7 +125,7 @@ class GeminiTransport(HttpTransport):
     """Google sends its retry hint in a 429's body (RetryInfo), not as Retry-After: read as if it were one,
     so the deployment cools down for as long as Google asks."""
 
-    def refused(self, status, headers, refusal):
+    def refused(self, status: int, headers: Mapping[str, str], refusal: Refusal) -> GatewayError:
         delay = getattr(refusal, "retry_delay", None)
         if status == 429 and delay and not headers.get("Retry-After"):
             headers = {**headers, "Retry-After": f"{delay:g}"}
@@ -126,7 +136,7 @@ class GeminiTransport(HttpTransport):
 
 @register("gemini")
 class GeminiAdapter(HttpAdapter):
-    def auth_headers(self, secret: str) -> dict:
+    def auth_headers(self, secret: str) -> dict[str, Any]:
         return {"x-goog-api-key": secret}
 
     def read_error(self, status: int, content: bytes) -> Refusal:
@@ -145,18 +155,18 @@ class GeminiAdapter(HttpAdapter):
 
     # -- operations
 
-    def chat(self, payload: dict) -> dict:
+    def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         request = generate_request(payload, self.fetch_image)
         body = self.transport.post_json(self.path("generateContent"), request)
         return completion(body, model=self.upstream_model, malformed=self.transport.malformed)
 
-    def chat_stream(self, payload: dict) -> ChunkStream:
+    def chat_stream(self, payload: dict[str, Any]) -> ChunkStream:
         request = generate_request(payload, self.fetch_image)
         events = self.transport.stream(self.path("streamGenerateContent") + "?alt=sse", request)
         usage = bool((payload.get("stream_options") or {}).get("include_usage"))
         return ChunkStream(self._chunks(events, candidates=payload.get("n") or 1, usage=usage), events.close)
 
-    def _chunks(self, events: EventStream, *, candidates: int, usage: bool) -> Iterator[dict]:
+    def _chunks(self, events: EventStream, *, candidates: int, usage: bool) -> Iterator[dict[str, Any]]:
         stream = StreamTranslation(model=self.upstream_model, candidates=candidates)
         for data in events:
             event = json_object(data)
@@ -175,14 +185,14 @@ class GeminiAdapter(HttpAdapter):
         if usage and stream.usage is not None:
             yield stream.usage_chunk()
 
-    def _stream_error(self, event: dict, data: str) -> GatewayError:
+    def _stream_error(self, event: dict[str, Any], data: str) -> GatewayError:
         """An error Google sends as an event once the stream is under way: read like an error answer."""
         error = event.get("error")
         code = error.get("code") if isinstance(error, dict) else None
         status = code if type(code) is int and 400 <= code <= 599 else 502
         return self.transport.refused(status, {}, gemini_refusal(status, data))
 
-    def embeddings(self, payload: dict) -> dict:
+    def embeddings(self, payload: dict[str, Any]) -> dict[str, Any]:
         texts = payload["input"] if isinstance(payload["input"], list) else [payload["input"]]
         dimensions = payload.get("dimensions")
         request = {"requests": [{"model": self.resource, "content": {"parts": [{"text": text}]},
@@ -192,7 +202,7 @@ class GeminiAdapter(HttpAdapter):
                               base64_encoded=payload.get("encoding_format") == "base64",
                               malformed=self.transport.malformed)
 
-    def fetch_image(self, url: str, where: str) -> dict:
+    def fetch_image(self, url: str, where: str) -> dict[str, Any]:
         """An image the client gave by URL, fetched by the gateway and sent inline.
 
         Gemini's fileData takes only URIs of Google's own Files API (and a few hosts), so
@@ -233,7 +243,7 @@ class GeminiAdapter(HttpAdapter):
 
 # ---------------------------------------------------------------- the request
 
-def generate_request(payload: dict, fetch_image: Callable[[str, str], dict]) -> dict:
+def generate_request(payload: dict[str, Any], fetch_image: Callable[[str, str], dict[str, Any]]) -> dict[str, Any]:
     """A GenerateContentRequest for an OpenAI-shaped chat request; a parameter Gemini cannot honour raises."""
     refuse_unsupported(payload)
     walk = SchemaWalk()  # the request's schemas, all of them within its limits
@@ -242,7 +252,7 @@ def generate_request(payload: dict, fetch_image: Callable[[str, str], dict]) -> 
     config = generation_config(payload, walk)
     # The schemas first: a request they refuse is refused before any of its images is fetched.
     system, contents = conversation(payload["messages"], fetch_image)
-    request: dict = {"contents": contents}
+    request: dict[str, Any] = {"contents": contents}
     if system:
         request["systemInstruction"] = {"parts": system}
     if declarations:
@@ -254,7 +264,7 @@ def generate_request(payload: dict, fetch_image: Callable[[str, str], dict]) -> 
     return request
 
 
-def refuse_unsupported(payload: dict) -> None:
+def refuse_unsupported(payload: dict[str, Any]) -> None:
     """What Gemini has no way to do. Asking for nothing of it (logprobs false, parallel tool calls
     allowed, an empty logit_bias) is honoured by doing nothing, so it is not refused."""
     if payload.get("logit_bias"):
@@ -269,7 +279,7 @@ def _unsupported(param: str, why: str) -> UnsupportedParameter:
     return UnsupportedParameter(f"The parameter '{param}' is not supported for this model: {why}.", param=param)
 
 
-def generation_config(payload: dict, walk: SchemaWalk | None = None) -> dict:
+def generation_config(payload: dict[str, Any], walk: SchemaWalk | None = None) -> dict[str, Any]:
     config = {}
     for ours, theirs in (("temperature", "temperature"), ("top_p", "topP"), ("seed", "seed"),
                          ("presence_penalty", "presencePenalty"), ("frequency_penalty", "frequencyPenalty")):
@@ -293,7 +303,7 @@ def generation_config(payload: dict, walk: SchemaWalk | None = None) -> dict:
     return config
 
 
-def response_config(response_format: dict, walk: SchemaWalk | None = None) -> dict:
+def response_config(response_format: dict[str, Any], walk: SchemaWalk | None = None) -> dict[str, Any]:
     kind = response_format.get("type")
     if kind == "text":
         return {}
@@ -314,7 +324,7 @@ def response_config(response_format: dict, walk: SchemaWalk | None = None) -> di
 
 # -- tools
 
-def declaration(tool: dict, index: int, walk: SchemaWalk | None = None) -> dict:
+def declaration(tool: dict[str, Any], index: int, walk: SchemaWalk | None = None) -> dict[str, Any]:
     if tool.get("type") != "function":
         raise UnsupportedParameter(f"tools.{index}: tools of type {tool.get('type')!r} are not supported for this "
                                    f"model; only function tools are.", param="tools")
@@ -333,7 +343,7 @@ def declaration(tool: dict, index: int, walk: SchemaWalk | None = None) -> dict:
     return found
 
 
-def calling_config(choice) -> dict:
+def calling_config(choice: Any) -> dict[str, Any]:
     """OpenAI's tool_choice as Gemini's functionCallingConfig: auto, none, required, or one named function."""
     if isinstance(choice, str):
         return {"mode": {"auto": "AUTO", "none": "NONE", "required": "ANY"}[choice]}
@@ -345,7 +355,7 @@ def calling_config(choice) -> dict:
     return {"mode": "ANY", "allowedFunctionNames": [function["name"]]}
 
 
-def gemini_schema(schema: dict, walk: SchemaWalk | None = None, where: str = "schema") -> dict:
+def gemini_schema(schema: dict[str, Any], walk: SchemaWalk | None = None, where: str = "schema") -> dict[str, Any]:
     """A JSON Schema as Gemini's Schema object, an OpenAPI 3.0 subset: upper-case types, ``nullable``
     instead of a "null" type, ``$ref`` inlined, ``anyOf`` for ``oneOf`` and several types, and what
     Gemini refuses (additionalProperties, $schema, const on a non-string…) left out.
@@ -357,7 +367,7 @@ def gemini_schema(schema: dict, walk: SchemaWalk | None = None, where: str = "sc
     return _gemini_schema(schema, walk.schema(schema, where), 0)
 
 
-def _gemini_schema(schema, document: Schema, depth: int) -> dict:
+def _gemini_schema(schema: Any, document: Schema, depth: int) -> dict[str, Any]:
     document.produced(schema)
     if not isinstance(schema, dict):
         return {}
@@ -370,7 +380,8 @@ def _gemini_schema(schema, document: Schema, depth: int) -> dict:
         return _gemini_schema({**(target if isinstance(target, dict) else {}), **rest}, document, depth + 1)
     if isinstance(schema.get("allOf"), list):
         # Gemini has no allOf: the parts are merged into one schema (their properties and requirements joined).
-        out = _gemini_schema({key: value for key, value in schema.items() if key != "allOf"}, document, depth + 1)
+        out: dict[str, Any] = _gemini_schema({key: value for key, value in schema.items() if key != "allOf"},
+                                             document, depth + 1)
         for part in schema["allOf"]:
             part = _gemini_schema(part, document, depth + 1)
             properties = {**part.pop("properties", {}), **out.pop("properties", {})}
@@ -386,7 +397,7 @@ def _gemini_schema(schema, document: Schema, depth: int) -> dict:
                 out["required"] = required
         return out
 
-    out: dict = {}
+    out = {}
     choices = schema.get("anyOf") if isinstance(schema.get("anyOf"), list) else schema.get("oneOf")
     kinds = schema.get("type")
     kinds = kinds if isinstance(kinds, list) else [kinds] if isinstance(kinds, str) else []
@@ -416,7 +427,7 @@ def _gemini_schema(schema, document: Schema, depth: int) -> dict:
             # Gemini's enums are strings only: the allowed values are kept as words the model reads.
             allowed = ", ".join(json.dumps(value) for value in values)
             out["description"] = f"{out.get('description', '')} One of: {allowed}.".strip()
-    if schema.get("format") in SCHEMA_FORMATS.get(out.get("type"), ()):
+    if schema.get("format") in SCHEMA_FORMATS.get(out.get("type", ""), ()):
         out["format"] = schema["format"]
     if isinstance(schema.get("properties"), dict):
         properties = {name: _gemini_schema(value, document, depth + 1) for name, value in schema["properties"].items()}
@@ -439,15 +450,16 @@ def _gemini_schema(schema, document: Schema, depth: int) -> dict:
 
 # -- messages
 
-def conversation(messages: list[dict], fetch_image: Callable[[str, str], dict]) -> tuple[list, list]:
+def conversation(messages: list[dict[str, Any]],
+                 fetch_image: Callable[[str, str], dict[str, Any]]) -> tuple[list[Any], list[Any]]:
     """(systemInstruction parts, contents). System and developer messages become the system instruction,
     wherever they stand; assistant turns are the "model" role; the results of one assistant turn's tool
     calls go back as functionResponse parts of one user turn, in the order of the calls (Gemini pairs
     them by position and name); turns of one role in a row are merged (Gemini wants them to alternate)."""
-    system: list[dict] = []
-    contents: list[dict] = []
+    system: list[dict[str, Any]] = []
+    contents: list[dict[str, Any]] = []
     calls: dict[str, tuple[str, int]] = {}  # tool call id -> (function name, position in its assistant turn)
-    results: list[tuple[int, dict]] = []  # the functionResponse parts of the tool messages in a row
+    results: list[tuple[int, dict[str, Any]]] = []  # the functionResponse parts of the tool messages in a row
 
     def flush_results() -> None:
         _add(contents, "user", [part for _, part in sorted(results, key=lambda result: result[0])])
@@ -458,7 +470,7 @@ def conversation(messages: list[dict], fetch_image: Callable[[str, str], dict]) 
         if role in ("system", "developer"):
             system.extend(_text_parts(message.get("content"), where))
         elif role == "tool":
-            call = calls.get(message.get("tool_call_id"))
+            call = calls.get(message.get("tool_call_id", ""))
             if call is None:
                 raise InvalidRequest(f"{where}.tool_call_id matches no tool call of an earlier assistant message; "
                                      f"send the assistant message with its tool_calls before the results.",
@@ -485,7 +497,7 @@ def conversation(messages: list[dict], fetch_image: Callable[[str, str], dict]) 
     return system, contents
 
 
-def _add(contents: list[dict], role: str, parts: list[dict]) -> None:
+def _add(contents: list[dict[str, Any]], role: str, parts: list[dict[str, Any]]) -> None:
     if not parts:
         return  # an empty turn (an assistant message with empty content): Gemini refuses one
     if contents and contents[-1]["role"] == role:
@@ -494,9 +506,9 @@ def _add(contents: list[dict], role: str, parts: list[dict]) -> None:
         contents.append({"role": role, "parts": parts})
 
 
-def _function_call(call: dict, where: str) -> dict:
+def _function_call(call: dict[str, Any], where: str) -> dict[str, Any]:
     name, args = function_call(call, where)
-    part = {"functionCall": {"name": name, "args": args}}
+    part: dict[str, Any] = {"functionCall": {"name": name, "args": args}}
     extra = call.get("extra_content")
     signature = extra.get(SIGNATURE_KEY, {}).get("thought_signature") if isinstance(extra, dict) else None
     if isinstance(signature, str) and signature:
@@ -504,7 +516,7 @@ def _function_call(call: dict, where: str) -> dict:
     return part
 
 
-def _function_response(content) -> dict:
+def _function_response(content: Any) -> dict[str, Any]:
     """A tool's result as Gemini's response object: a JSON object result as it is, anything else under "output"
     (the key Gemini's documentation names for a function's output)."""
     text = content_text(content)
@@ -515,7 +527,7 @@ def _function_response(content) -> dict:
     return value if isinstance(value, dict) else {"output": text}
 
 
-def _text_parts(content, where: str) -> list[dict]:
+def _text_parts(content: Any, where: str) -> list[dict[str, Any]]:
     if content is None:
         return []
     if isinstance(content, str):
@@ -531,7 +543,7 @@ def _text_parts(content, where: str) -> list[dict]:
     return parts
 
 
-def _user_parts(content, where: str, fetch_image: Callable[[str, str], dict]) -> list[dict]:
+def _user_parts(content: Any, where: str, fetch_image: Callable[[str, str], dict[str, Any]]) -> list[dict[str, Any]]:
     if not isinstance(content, list):
         return _text_parts(content, where)
     parts = []
@@ -550,7 +562,7 @@ def _user_parts(content, where: str, fetch_image: Callable[[str, str], dict]) ->
                          else fetch_image(url, f"{at}.image_url.url"))
         elif kind == "input_audio":
             audio = part.get("input_audio") if isinstance(part.get("input_audio"), dict) else {}
-            mime = AUDIO_FORMATS.get(audio.get("format"))
+            mime = AUDIO_FORMATS.get(audio.get("format", ""))
             if mime is None or not isinstance(audio.get("data"), str):
                 raise InvalidRequest(f"{at}.input_audio needs base64 data and a format of wav or mp3.",
                                      param=f"{at}.input_audio")
@@ -562,19 +574,19 @@ def _user_parts(content, where: str, fetch_image: Callable[[str, str], dict]) ->
     return parts
 
 
-def _part_unsupported(part: dict, where: str) -> UnsupportedParameter:
+def _part_unsupported(part: dict[str, Any], where: str) -> UnsupportedParameter:
     what = "file parts by file_id" if part.get("type") == "file" else f"content parts of type {part.get('type')!r}"
     return UnsupportedParameter(f"{where}: {what} are not supported for this model.", param="messages")
 
 
-def _inline(url: str, where: str) -> dict:
+def _inline(url: str, where: str) -> dict[str, Any]:
     mime, data = data_url(url, where)
     return {"inlineData": {"mimeType": mime, "data": data}}
 
 
 # ---------------------------------------------------------------- the answer
 
-def finish_reason(reason, called: bool) -> str | None:
+def finish_reason(reason: Any, called: bool) -> str | None:
     if called:
         return "tool_calls"  # an answer that calls a function, whatever Gemini's reason
     if not reason:
@@ -582,7 +594,7 @@ def finish_reason(reason, called: bool) -> str | None:
     return "content_filter" if reason in FILTERED else FINISH_REASONS.get(reason, "stop")
 
 
-def usage(meta) -> dict | None:
+def usage(meta: Any) -> dict[str, Any] | None:
     """Gemini's usageMetadata as OpenAI's usage. prompt_tokens counts every input token: the prompt (cached
     part included) and what built-in tools fed back; completion_tokens counts the thinking tokens too, as
     OpenAI counts reasoning tokens and as Google bills them (at the output price)."""
@@ -593,10 +605,10 @@ def usage(meta) -> dict | None:
     prompt, tools, thoughts, candidates, cached = (tokens_reported(meta, name) for name in (
         "promptTokenCount", "toolUsePromptTokenCount", "thoughtsTokenCount", "candidatesTokenCount",
         "cachedContentTokenCount"))
-    counted = {}
-    if None not in (prompt, tools):
+    counted: dict[str, Any] = {}
+    if prompt is not None and tools is not None:
         counted["prompt_tokens"] = prompt + tools
-    if None not in (candidates, thoughts):
+    if candidates is not None and thoughts is not None:
         counted["completion_tokens"] = candidates + thoughts
     if len(counted) == 2:
         counted["total_tokens"] = counted["prompt_tokens"] + counted["completion_tokens"]
@@ -607,7 +619,7 @@ def usage(meta) -> dict | None:
     return counted
 
 
-def blocked(body: dict) -> UpstreamRejected | None:
+def blocked(body: dict[str, Any]) -> UpstreamRejected | None:
     """A prompt Gemini refused to answer (promptFeedback.blockReason, no candidates): the request's fault,
     answered as Azure OpenAI answers a filtered prompt (400 content_filter), not retried elsewhere."""
     feedback = body.get("promptFeedback")
@@ -618,14 +630,14 @@ def blocked(body: dict) -> UpstreamRejected | None:
                             code="content_filter", param="messages")
 
 
-def _candidates(body: dict, malformed) -> list[dict]:
+def _candidates(body: dict[str, Any], malformed: Malformed) -> list[dict[str, Any]]:
     candidates = body.get("candidates") or []
     if not isinstance(candidates, list) or not all(isinstance(candidate, dict) for candidate in candidates):
         raise malformed("response")
     return candidates
 
 
-def read_parts(candidate: dict, malformed) -> tuple[list[str], list[dict]]:
+def read_parts(candidate: dict[str, Any], malformed: Malformed) -> tuple[list[str], list[dict[str, Any]]]:
     """The answer's text pieces and function calls (thought summaries left out)."""
     content = candidate.get("content") or {}
     parts = content.get("parts") if isinstance(content, dict) else None
@@ -644,7 +656,7 @@ def read_parts(candidate: dict, malformed) -> tuple[list[str], list[dict]]:
     return texts, calls
 
 
-def tool_call(part: dict, malformed) -> dict:
+def tool_call(part: dict[str, Any], malformed: Malformed) -> dict[str, Any]:
     call = part["functionCall"]
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         raise malformed("function call")
@@ -658,16 +670,22 @@ def tool_call(part: dict, malformed) -> dict:
     return found
 
 
-def logprobs(candidate: dict) -> dict | None:
+def logprobs(candidate: dict[str, Any]) -> dict[str, Any] | None:
     """Gemini's logprobsResult as OpenAI's choice logprobs (content tokens with their top alternatives)."""
     result = candidate.get("logprobsResult")
     if not isinstance(result, dict):
         return None
-    chosen = result.get("chosenCandidates") if isinstance(result.get("chosenCandidates"), list) else []
-    tops = result.get("topCandidates") if isinstance(result.get("topCandidates"), list) else []
+    chosen = result.get("chosenCandidates")
+    if not isinstance(chosen, list):
+        chosen = []
+    tops = result.get("topCandidates")
+    if not isinstance(tops, list):
+        tops = []
 
-    def token(entry) -> dict:
-        text = entry.get("token") if isinstance(entry.get("token"), str) else ""
+    def token(entry: dict[str, Any]) -> dict[str, Any]:
+        text = entry.get("token")
+        if not isinstance(text, str):
+            text = ""
         value = entry.get("logProbability")
         return {"token": text, "logprob": float(value) if isinstance(value, (int, float)) else 0.0,
                 "bytes": list(text.encode())}
@@ -680,7 +698,7 @@ def logprobs(candidate: dict) -> dict | None:
     return {"content": content, "refusal": None}
 
 
-def completion(body: dict, *, model: str, malformed) -> dict:
+def completion(body: dict[str, Any], *, model: str, malformed: Malformed) -> dict[str, Any]:
     rejected = blocked(body)
     if rejected:
         raise rejected
@@ -690,7 +708,7 @@ def completion(body: dict, *, model: str, malformed) -> dict:
     choices = []
     for position, candidate in enumerate(candidates):
         texts, calls = read_parts(candidate, malformed)
-        message = {"role": "assistant", "content": "".join(texts) if texts else None}
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
         if calls:
             message["tool_calls"] = calls
         index = candidate.get("index")
@@ -705,7 +723,7 @@ def completion(body: dict, *, model: str, malformed) -> dict:
     return answer
 
 
-def _completion_id(body: dict) -> str:
+def _completion_id(body: dict[str, Any]) -> str:
     response_id = body.get("responseId")
     return f"chatcmpl-{response_id}" if isinstance(response_id, str) and response_id else \
         f"chatcmpl-{uuid.uuid4().hex[:24]}"
@@ -721,7 +739,7 @@ class StreamTranslation:
         self.expected = candidates
         self.id = ""
         self.created = int(time.time())
-        self.usage: dict | None = None
+        self.usage: dict[str, Any] | None = None
         self.opened: set[int] = set()  # choices whose first chunk (with the role) was sent
         self.calls: dict[int, int] = {}  # choice -> tool calls sent so far (the next call's index)
         self.finished: set[int] = set()
@@ -734,7 +752,7 @@ class StreamTranslation:
     def done(self) -> bool:
         return len(self.finished) >= self.expected
 
-    def translate(self, event: dict, *, malformed) -> dict | None:
+    def translate(self, event: dict[str, Any], *, malformed: Malformed) -> dict[str, Any] | None:
         rejected = blocked(event)
         if rejected:
             raise rejected
@@ -744,9 +762,11 @@ class StreamTranslation:
             self.usage = counted
         choices = []
         for position, candidate in enumerate(_candidates(event, malformed)):
-            index = candidate.get("index") if type(candidate.get("index")) is int else position
+            index = candidate.get("index")
+            if type(index) is not int:
+                index = position
             texts, calls = read_parts(candidate, malformed)
-            delta: dict = {}
+            delta: dict[str, Any] = {}
             if index not in self.opened:
                 delta["role"] = "assistant"
             if texts and "".join(texts):
@@ -769,14 +789,15 @@ class StreamTranslation:
         return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
                 "choices": choices}
 
-    def usage_chunk(self) -> dict:
+    def usage_chunk(self) -> dict[str, Any]:
         return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
                 "choices": [], "usage": self.usage}
 
 
 # ---------------------------------------------------------------- embeddings
 
-def embedding_list(body: dict, *, model: str, normalise: bool, base64_encoded: bool, malformed) -> dict:
+def embedding_list(body: dict[str, Any], *, model: str, normalise: bool, base64_encoded: bool,
+                   malformed: Malformed) -> dict[str, Any]:
     """batchEmbedContents' answer as OpenAI's list of embeddings.
 
     With ``dimensions`` Gemini cuts its vector short without scaling it back to length 1,
@@ -797,7 +818,7 @@ def embedding_list(body: dict, *, model: str, normalise: bool, base64_encoded: b
         vector = base64.b64encode(struct.pack(f"<{len(values)}f", *values)).decode("ascii") if base64_encoded \
             else [float(value) for value in values]
         data.append({"object": "embedding", "index": index, "embedding": vector})
-    answer = {"object": "list", "data": data, "model": model}
+    answer: dict[str, Any] = {"object": "list", "data": data, "model": model}
     meta = body.get("usageMetadata")
     tokens = meta.get("promptTokenCount") if isinstance(meta, dict) else None
     if type(tokens) is int and tokens >= 0:

@@ -14,6 +14,7 @@ import struct
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 from gateway import local_models
 from gateway.serializers import IMAGE_DEFAULTS, SPEECH_DEFAULTS, image_dimensions
@@ -28,14 +29,14 @@ def _completion_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex[:24]}"
 
 
-def _chat_usage(prompt_tokens: int, completion_tokens: int) -> dict:
+def _chat_usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens}
 
 
-def _function_tools(tools) -> list[tuple[str, dict]]:
+def _function_tools(tools: Any) -> list[tuple[str, dict[str, Any] | bool]]:
     """(name, parameters schema) of each function tool; tools of other types are not called by local-chat."""
-    found = []
+    found: list[tuple[str, dict[str, Any] | bool]] = []
     for index, tool in enumerate(tools or ()):
         function = tool.get("function") if isinstance(tool, dict) and tool.get("type") == "function" else None
         if not isinstance(function, dict):
@@ -48,7 +49,8 @@ def _function_tools(tools) -> list[tuple[str, dict]]:
     return found
 
 
-def _named_tools(tools: list[tuple[str, dict]], names, where: str) -> list[tuple[str, dict]]:
+def _named_tools(tools: list[tuple[str, dict[str, Any] | bool]], names: list[str],
+                 where: str) -> list[tuple[str, dict[str, Any] | bool]]:
     known = dict(tools)
     for name in names:
         if name not in known:
@@ -57,7 +59,8 @@ def _named_tools(tools: list[tuple[str, dict]], names, where: str) -> list[tuple
     return [(name, known[name]) for name in dict.fromkeys(names)]
 
 
-def _tool_choice(choice, tools: list[tuple[str, dict]]) -> tuple[str, list[tuple[str, dict]]]:
+def _tool_choice(choice: Any,
+                 tools: list[tuple[str, dict[str, Any] | bool]]) -> tuple[str, list[tuple[str, dict[str, Any] | bool]]]:
     """OpenAI's tool_choice as (call, tools): "none", "auto" or "required", and the tools it may call."""
     if choice is None:
         return "auto", tools
@@ -81,7 +84,7 @@ def _tool_choice(choice, tools: list[tuple[str, dict]]) -> tuple[str, list[tuple
                          "{\"name\": …}} or {\"type\": \"allowed_tools\", …} for this model.", param="tool_choice")
 
 
-def _answer_schema(response_format) -> tuple[dict | bool | None, bool]:
+def _answer_schema(response_format: Any) -> tuple[dict[str, Any] | bool | None, bool]:
     """OpenAI's response_format as (the JSON schema the answer follows, strict); None for prose."""
     kind = (response_format or {}).get("type", "text")
     if kind == "text":
@@ -101,13 +104,13 @@ def _answer_schema(response_format) -> tuple[dict | bool | None, bool]:
                          param="response_format.type")
 
 
-def _answer(payload: dict) -> local_models.ChatAnswer:
+def _answer(payload: dict[str, Any]) -> local_models.ChatAnswer:
     call, tools = _tool_choice(payload.get("tool_choice"), _function_tools(payload.get("tools")))
     schema, strict = _answer_schema(payload.get("response_format"))
     return local_models.chat_answer(payload["messages"], tools=tools, call=call, schema=schema, strict=strict)
 
 
-def _prompt_tokens(payload: dict) -> int:
+def _prompt_tokens(payload: dict[str, Any]) -> int:
     """The conversation's tokens and the tools' (as the gateway's own count_tokens estimate counts them)."""
     tools = payload.get("tools")
     return local_models.count_tokens(prompt_text(payload["messages"])) + (
@@ -119,7 +122,7 @@ def _completion_tokens(answer: local_models.ChatAnswer) -> int:
     return local_models.count_tokens(f"{call.name} {call.arguments}" if call else answer.text)
 
 
-def _message(answer: local_models.ChatAnswer) -> tuple[dict, str]:
+def _message(answer: local_models.ChatAnswer) -> tuple[dict[str, Any], str]:
     """The assistant message of an answer and its finish reason."""
     call = answer.tool_call
     if call is None:
@@ -135,7 +138,7 @@ class LocalAdapter:
         self.deployment = deployment
         self.upstream_model = deployment.upstream_name
 
-    def chat(self, payload: dict) -> dict:
+    def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         answer = _answer(payload)
         message, finish_reason = _message(answer)
         choices = [{"index": index, "message": message, "logprobs": None, "finish_reason": finish_reason}
@@ -144,17 +147,17 @@ class LocalAdapter:
                 "model": self.upstream_model, "choices": choices, "system_fingerprint": None,
                 "usage": _chat_usage(_prompt_tokens(payload), _completion_tokens(answer) * len(choices))}
 
-    def chat_stream(self, payload: dict) -> ChunkStream:
+    def chat_stream(self, payload: dict[str, Any]) -> ChunkStream:
         # Decided before the stream is made: a request it refuses is an ordinary 400, not a broken stream.
         return ChunkStream(self._chunks(payload, _answer(payload)), lambda: None)
 
-    def _chunks(self, payload: dict, answer: local_models.ChatAnswer) -> Iterator[dict]:
+    def _chunks(self, payload: dict[str, Any], answer: local_models.ChatAnswer) -> Iterator[dict[str, Any]]:
         call = answer.tool_call
         choices = payload.get("n", 1)
         head = {"id": _completion_id(), "object": "chat.completion.chunk", "created": int(time.time()),
                 "model": self.upstream_model, "system_fingerprint": None}
 
-        def chunk(index, delta, finish_reason=None):
+        def chunk(index: int, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
             return {**head, "choices": [{"index": index, "delta": delta, "logprobs": None,
                                          "finish_reason": finish_reason}]}
 
@@ -175,12 +178,12 @@ class LocalAdapter:
             usage = _chat_usage(_prompt_tokens(payload), _completion_tokens(answer) * choices)
             yield {**head, "choices": [], "usage": usage}
 
-    def images(self, payload: dict) -> list[Image]:
+    def images(self, payload: dict[str, Any]) -> list[Image]:
         width, height = image_dimensions(payload.get("size", IMAGE_DEFAULTS["size"]))
         return [Image(local_models.render_png(width, height, payload["prompt"], seed=seed), "image/png")
                 for seed in range(payload.get("n", IMAGE_DEFAULTS["n"]))]
 
-    def speech(self, payload: dict) -> Audio:
+    def speech(self, payload: dict[str, Any]) -> Audio:
         voice = payload["voice"]
         voice = voice["id"] if isinstance(voice, dict) else voice
         speed = payload.get("speed", SPEECH_DEFAULTS["speed"])
@@ -188,13 +191,13 @@ class LocalAdapter:
             return Audio(local_models.synthesize_pcm(payload["input"], voice=voice, speed=speed), "audio/pcm", "pcm")
         return Audio(local_models.synthesize_wav(payload["input"], voice=voice, speed=speed), "audio/wav", "wav")
 
-    def embeddings(self, payload: dict) -> dict:
+    def embeddings(self, payload: dict[str, Any]) -> dict[str, Any]:
         texts = payload["input"] if isinstance(payload["input"], list) else [payload["input"]]
         dimensions = payload.get("dimensions", local_models.EMBEDDING_DIMENSIONS)
         as_base64 = payload.get("encoding_format") == "base64"
         data = []
         for index, text in enumerate(texts):
-            vector = local_models.embed(text, dimensions)
+            vector: list[float] | str = local_models.embed(text, dimensions)
             if as_base64:
                 # OpenAI's base64 form: the vector packed as little-endian float32.
                 vector = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")

@@ -3,6 +3,7 @@ deployment's upstream name, and the answer comes back as it is once its shape is
 import base64
 from urllib.parse import quote
 from collections.abc import Iterator
+from typing import Any
 
 from gateway.serializers import SPEECH_DEFAULTS
 from gateway.upstream import register
@@ -16,7 +17,7 @@ from utils_app.errors import UpstreamError
 class OpenAIAdapter(HttpAdapter):
     """Paths are relative to ``base_url`` (e.g. https://api.openai.com/v1); the secret is a bearer token."""
 
-    def auth_headers(self, secret: str) -> dict:
+    def auth_headers(self, secret: str) -> dict[str, Any]:
         return {"Authorization": f"Bearer {secret}"}
 
     def path(self, operation: str) -> str:
@@ -24,22 +25,22 @@ class OpenAIAdapter(HttpAdapter):
         return {"chat": "/chat/completions", "image": "/images/generations", "speech": "/audio/speech",
                 "embedding": "/embeddings"}[operation]
 
-    def body(self, payload: dict) -> dict:
+    def body(self, payload: dict[str, Any]) -> dict[str, Any]:
         return {**payload, "model": self.upstream_model}
 
     # -- operations
 
-    def chat(self, payload: dict) -> dict:
+    def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         body = self.transport.post_json(self.path("chat"), self.body(payload))
         if not is_completion(body):
             raise self.transport.malformed("completion")
         return body
 
-    def chat_stream(self, payload: dict) -> ChunkStream:
+    def chat_stream(self, payload: dict[str, Any]) -> ChunkStream:
         events = self.transport.stream(self.path("chat"), self.body(payload))
         return ChunkStream(self._chunks(events), events.close)
 
-    def _chunks(self, events: EventStream) -> Iterator[dict]:
+    def _chunks(self, events: EventStream) -> Iterator[dict[str, Any]]:
         for data in events:
             if data == "[DONE]":
                 events.finished()
@@ -55,7 +56,7 @@ class OpenAIAdapter(HttpAdapter):
             yield chunk
         raise UpstreamError(f"The upstream provider '{self.name}' closed the stream before it finished.")
 
-    def images(self, payload: dict) -> list[Image]:
+    def images(self, payload: dict[str, Any]) -> list[Image]:
         body = self.transport.post_json(self.path("image"), self.body(payload))
         items = body.get("data")
         if not isinstance(items, list) or not items:
@@ -78,14 +79,14 @@ class OpenAIAdapter(HttpAdapter):
                 raise UpstreamError(f"The upstream provider '{self.name}' sent an image without data.")
         return images
 
-    def speech(self, payload: dict) -> Audio:
+    def speech(self, payload: dict[str, Any]) -> Audio:
         reply = self.transport.post(self.path("speech"), self.body(payload))
         content_type = reply.headers.get("Content-Type", "").split(";")[0].strip() or "application/octet-stream"
         if not reply.content or content_type == "application/json":
             raise UpstreamError(f"The upstream provider '{self.name}' sent no audio.")
         return Audio(reply.content, content_type, payload.get("response_format", SPEECH_DEFAULTS["response_format"]))
 
-    def embeddings(self, payload: dict) -> dict:
+    def embeddings(self, payload: dict[str, Any]) -> dict[str, Any]:
         body = self.transport.post_json(self.path("embedding"), self.body(payload))
         if not is_embedding_list(body):
             raise self.transport.malformed("list of embeddings")
@@ -97,7 +98,7 @@ class OpenAIAdapter(HttpAdapter):
         self.transport.get(f"/models/{quote(self.upstream_model, safe='')}")
 
 
-def is_completion(body: dict) -> bool:
+def is_completion(body: dict[str, Any]) -> bool:
     """A chat.completion the gateway can read: choices are objects, a message is an object,
     its content a string, null or a list of content-part objects."""
     choices = body.get("choices")
@@ -118,7 +119,7 @@ def is_completion(body: dict) -> bool:
     return True
 
 
-def is_embedding_list(body: dict) -> bool:
+def is_embedding_list(body: dict[str, Any]) -> bool:
     """OpenAI's list of embeddings: objects with a vector (or its base64) and, if any, an integer index."""
     data = body.get("data")
     return isinstance(data, list) and all(

@@ -5,13 +5,17 @@ import re
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from utils_app.errors import InvalidRequest, UpstreamError
 
 DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)(?:;[^,;]*)*;base64,(?P<data>.*)\Z", re.S)
 
+# A transport's malformed(what): the error an unreadable answer raises.
+Malformed = Callable[[str], UpstreamError]
 
-def tokens_reported(counts: dict, name: str) -> int | None:
+
+def tokens_reported(counts: dict[str, Any], name: str) -> int | None:
     """A token count of an upstream's usage as reported: 0 when left out, None when sent but unusable
     (negative, fractional, text, a boolean), which makes the metering use its own estimate instead.
     Only the metering clamps a count (gateway.services), once, for the ledger and the answer alike."""
@@ -47,10 +51,10 @@ class ChunkStream:
     stream is charged however it ends (CONTRACT section 5).
     """
 
-    def __init__(self, chunks: Iterator[dict], close: Callable[[], None]):
+    def __init__(self, chunks: Iterator[dict[str, Any]], close: Callable[[], None]):
         self._chunks = chunks
         self._close = close
-        self._held: list[dict] = []
+        self._held: list[dict[str, Any]] = []
         try:
             for chunk in chunks:
                 self._held.append(chunk)
@@ -62,7 +66,7 @@ class ChunkStream:
         close()
         raise UpstreamError("The upstream ended the stream without sending any content.")
 
-    def __iter__(self) -> Iterator[dict]:
+    def __iter__(self) -> Iterator[dict[str, Any]]:
         yield from self._held
         self._held = []
         yield from self._chunks
@@ -80,7 +84,7 @@ PASSED_THROUGH = "passed_through"
 EVENT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,99}")
 
 
-def commits(chunk: dict) -> bool:
+def commits(chunk: dict[str, Any]) -> bool:
     """Whether a chat chunk carries output: content, a tool call, a refusal or a finish reason; for a
     stream passed through as the provider sent it, any content block's delta (thinking included: the
     client sees it, and the provider bills it as output)."""
@@ -99,7 +103,7 @@ def commits(chunk: dict) -> bool:
     return False
 
 
-def content_text(content) -> str:
+def content_text(content: Any) -> str:
     """The text of a message's content: a string, or the text parts of an array."""
     if isinstance(content, str):
         return content
@@ -108,7 +112,7 @@ def content_text(content) -> str:
     return ""
 
 
-def prompt_text(messages: list[dict]) -> str:
+def prompt_text(messages: list[dict[str, Any]]) -> str:
     """All the text of a conversation, for token estimates."""
     return "\n".join(content_text(message.get("content")) for message in messages)
 
@@ -127,7 +131,7 @@ def tool_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
-def function_call(call, where: str) -> tuple[str, dict]:
+def function_call(call: Any, where: str) -> tuple[str, dict[str, Any]]:
     """(name, arguments) of an assistant message's tool call, its arguments as the JSON object the model sent."""
     function = call.get("function") if isinstance(call, dict) else None
     if not isinstance(function, dict) or not isinstance(function.get("name"), str):

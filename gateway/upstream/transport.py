@@ -23,7 +23,8 @@ import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from urllib.parse import urljoin, urlsplit
+from typing import Any, cast
+from urllib.parse import SplitResult, urljoin, urlsplit
 
 import requests
 from django.conf import settings
@@ -125,10 +126,12 @@ class Demand:
         return self.body_bytes + self.output_tokens
 
 
-def requested_output(payload: dict) -> int:
+def requested_output(payload: dict[str, Any]) -> int:
     """The output tokens a request allows, in any of the protocols sent upstream (OpenAI's max_completion_tokens
     or max_tokens times n, Anthropic's max_tokens, Gemini's maxOutputTokens times candidateCount); 0 if unsaid."""
-    config = payload.get("generationConfig") if isinstance(payload.get("generationConfig"), dict) else {}
+    config = payload.get("generationConfig")
+    if not isinstance(config, dict):
+        config = {}
     limit = payload.get("max_completion_tokens") or payload.get("max_tokens") or config.get("maxOutputTokens")
     choices = payload.get("n") or config.get("candidateCount") or 1
     if type(limit) is not int or type(choices) is not int:
@@ -161,7 +164,7 @@ _upstreams = Upstreams(pool_size=settings.UPSTREAM_POOL_SIZE, hosts=4)
 class HttpTransport:
     """One attempt's HTTP calls to one provider: ``base_url``, the headers that carry its secret, a deadline."""
 
-    def __init__(self, *, name: str, base_url: str, timeout: float, headers: dict, secret: str,
+    def __init__(self, *, name: str, base_url: str, timeout: float, headers: dict[str, Any], secret: str,
                  read_error: ErrorReader, deadline: Deadline | None = None):
         self.name = name
         self.base_url = base_url
@@ -174,7 +177,7 @@ class HttpTransport:
 
     # -- calls
 
-    def post(self, path: str, payload: dict) -> Reply:
+    def post(self, path: str, payload: dict[str, Any]) -> Reply:
         """POST JSON and read the whole answer within the deadline and the size cap; an error answer raises."""
         response = self._send(path, payload, stream=False)
         with response:
@@ -182,7 +185,7 @@ class HttpTransport:
                 raise self._status_error(response)
             return Reply(response.status_code, response.headers, self.read(response))
 
-    def post_json(self, path: str, payload: dict, what: str = "response") -> dict:
+    def post_json(self, path: str, payload: dict[str, Any], what: str = "response") -> dict[str, Any]:
         body = json_object(self.post(path, payload).content)
         if body is None:
             raise self.malformed(what)
@@ -204,7 +207,7 @@ class HttpTransport:
     def _url(self, path: str) -> str:
         return path if path.startswith(("http://", "https://")) else self.base_url + path
 
-    def stream(self, path: str, payload: dict) -> "EventStream":
+    def stream(self, path: str, payload: dict[str, Any]) -> "EventStream":
         """POST for an event stream; the answer is read as it arrives (``EventStream``)."""
         response = self._send(path, payload, stream=True)
         if response.status_code >= 300:
@@ -212,7 +215,7 @@ class HttpTransport:
                 raise self._status_error(response)
         return EventStream(self, response)
 
-    def _send(self, path: str, payload: dict, *, stream: bool) -> Response:
+    def _send(self, path: str, payload: dict[str, Any], *, stream: bool) -> Response:
         headers = {"Content-Type": "application/json", **self.headers}
         request_id = current_request_id()
         if request_id:
@@ -239,7 +242,8 @@ class HttpTransport:
         declared = response.headers.get("Content-Length", "")
         if declared.isdigit() and int(declared) > limit:
             raise self.too_large(limit)
-        parts, size = [], 0
+        parts: list[bytes] = []
+        size = 0
         try:
             while True:
                 _wait_at_most(response, self.deadline.left())
@@ -391,7 +395,8 @@ class HttpTransport:
             return
         try:
             port = parts.port or (443 if parts.scheme == "https" else 80)
-            addresses = {info[4][0] for info in socket.getaddrinfo(parts.hostname, port, proto=socket.IPPROTO_TCP)}
+            addresses = {cast(str, info[4][0])  # for IPv4 and IPv6, getaddrinfo gives the address as a str
+                         for info in socket.getaddrinfo(parts.hostname, port, proto=socket.IPPROTO_TCP)}
         except (OSError, ValueError, UnicodeError):
             raise UpstreamError(f"The image host of provider '{self.name}' could not be resolved.") from None
         if not all(is_public(address) for address in addresses):
@@ -420,7 +425,7 @@ def note_fetched(size: int) -> None:
     _fetched_bytes += size
 
 
-def _malloc_trim():
+def _malloc_trim() -> Callable[[int], int] | None:
     try:
         return ctypes.CDLL(ctypes.util.find_library("c") or None).malloc_trim
     except (OSError, AttributeError):  # not glibc: nothing to call
@@ -430,7 +435,7 @@ def _malloc_trim():
 _trim = _malloc_trim()
 
 
-def give_back_memory(**_) -> None:
+def give_back_memory(**_: Any) -> None:
     """At the end of a request, once images of several megabytes were fetched (and dropped): give the
     freed heap back to the system.
 
@@ -598,7 +603,7 @@ def _secret_forms(secret: str) -> list[str]:
 
 
 @functools.lru_cache(maxsize=64)
-def _secret_pattern(secret: str) -> re.Pattern:
+def _secret_pattern(secret: str) -> re.Pattern[str]:
     """One secret's forms as one case-insensitive pattern, compiled once per process."""
     return re.compile("|".join(_secret_forms(secret)), re.IGNORECASE)
 
@@ -621,7 +626,7 @@ def _address_forms(base_url: str) -> set[str]:
 
 
 @functools.lru_cache(maxsize=32)
-def _address_pattern(base_url: str) -> re.Pattern | None:
+def _address_pattern(base_url: str) -> re.Pattern[str] | None:
     forms = _address_forms(base_url)
     if not forms:
         return None
@@ -639,7 +644,7 @@ def _url_password(url: str) -> str:
 
 # ---------------------------------------------------------------- small readers
 
-def json_object(content: bytes | str) -> dict | None:
+def json_object(content: bytes | str) -> dict[str, Any] | None:
     """An upstream's answer as a JSON object, or None when it is anything else (the caller's 502)."""
     try:
         body = json.loads(content)
@@ -679,7 +684,7 @@ def image_type(content: bytes) -> str:
     raise UpstreamError("The upstream sent image data in an unknown format.")
 
 
-def _origin(parts) -> tuple:
+def _origin(parts: SplitResult) -> tuple[str, str, int]:
     try:
         port = parts.port
     except ValueError:
@@ -693,6 +698,7 @@ def is_public(address: str) -> bool:
         ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone index is not part of the address
     except ValueError:
         return False
-    if getattr(ip, "ipv4_mapped", None):
-        ip = ip.ipv4_mapped
+    mapped = getattr(ip, "ipv4_mapped", None)  # an IPv6 address may carry an IPv4 one
+    if mapped:
+        ip = mapped
     return ip.is_global and not ip.is_multicast

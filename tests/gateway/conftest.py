@@ -226,7 +226,9 @@ class FakeUpstream:
                 self.wfile.flush()
 
         self.server = _QuietServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # A short poll: shutdown() waits for the loop's next turn, and every test using one pays it.
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                                       daemon=True)
 
     @property
     def base_url(self) -> str:
@@ -430,14 +432,18 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02) -> bool:
     return bool(predicate())
 
 
-def away_from_minute_edge(key, margin: float = 5.0) -> None:
-    """Wait out the last seconds of the key's fixed minute window, so a limit test cannot
-    straddle two windows. utils_app.windows offsets each key's window by a hash of its name."""
+def key_clear_of_window_edges(make_key, margin: float = 20.0, **fields):
+    """make_key(**fields) for a test whose limits are counted by served processes, which read the real
+    clock, not the test's: a key whose minute and hour windows each have at least ``margin`` seconds
+    left, so its requests cannot straddle two windows. utils_app.windows shifts each key's windows by
+    a hash of its id, so another key is issued until one fits (two tries in three do); nothing waits."""
     from utils_app.windows import seconds_left
 
-    left = seconds_left(f"key:{key.pk}", 60)
-    if left < margin:
-        time.sleep(left + 0.2)
+    for _ in range(100):
+        key, secret = make_key(**fields)
+        if min(seconds_left(f"key:{key.pk}", period) for period in (60, 3600)) >= margin:
+            return key, secret
+    raise AssertionError(f"no key of 100 had {margin} s left in its windows")
 
 
 # ---------------------------------------------------------------- the service under gunicorn

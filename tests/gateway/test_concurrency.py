@@ -14,6 +14,7 @@ PARALLEL = 40
 
 
 @pytest.mark.postgres
+@pytest.mark.served
 def test_forty_parallel_requests_on_credits_for_twenty_give_exactly_twenty_successes(transactional_db, seeded,
                                                                                      make_key, tmp_path):
     key, secret = make_key(credits=20, max_credits=20, rpm=1000, rph=10000)

@@ -263,15 +263,14 @@ def test_a_dead_deployment_is_cooled_by_long_and_short_requests_alike(client, fa
     assert state(deployment).state == "cooling"
 
 
-def test_a_success_ages_out_of_the_proof_of_life(client, fakes, free_key, monkeypatch):
+def test_a_success_ages_out_of_the_proof_of_life(client, fakes, free_key, clock):
     """A success of more than two minutes ago proves nothing: the clock is moved, not waited for."""
     fake = fakes(FakeOpenAI)
     fake.seconds_per_token = 0.01
     deployment = slow_pool(fake, allowed_fails=1)
     _, secret = free_key
     assert chat(client, secret, "slow", max_tokens=5).status_code == 200
-    minute = routing._minute
-    monkeypatch.setattr(routing, "_minute", lambda now=None: minute(now) + 2)
+    clock.advance(120)
     assert_error(chat(client, secret, "slow", max_tokens=4000), 504, "upstream_timeout", "upstream_error")
     assert state(deployment).state == "cooling"
 

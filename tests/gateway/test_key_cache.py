@@ -13,18 +13,10 @@ from django.test.utils import CaptureQueriesContext
 from keys import auth_cache
 from keys.models import ApiKey
 from utils_app import windows
-from tests.gateway.conftest import LOCAL_BODIES, _database_url, assert_error, away_from_minute_edge, post
+from tests.gateway.conftest import LOCAL_BODIES, _database_url, assert_error, post
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAT = LOCAL_BODIES["chat"]
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    """The monotonic clock the key cache and the limits read, moved by hand."""
-    now = [1000.0]
-    monkeypatch.setattr(auth_cache.time, "monotonic", lambda: now[0])
-    return now
 
 
 def key_reads(client, secret: str) -> tuple[int, int]:
@@ -38,7 +30,7 @@ def key_reads(client, secret: str) -> tuple[int, int]:
 def warm(client, clock, secret: str) -> None:
     """The key's row cached under a known version: read once, and once more if no version was known then."""
     assert key_reads(client, secret) == (200, 1)
-    clock[0] += 1.1
+    clock.advance(1.1)
     assert key_reads(client, secret)[0] == 200
 
 
@@ -46,7 +38,7 @@ def requests_after(client, clock, secret: str, *steps: float) -> list[tuple[int,
     """key_reads of one request after each step of the clock."""
     answers = []
     for step in steps:
-        clock[0] += step
+        clock.advance(step)
         answers.append(key_reads(client, secret))
     return answers
 
@@ -63,7 +55,7 @@ def test_a_key_in_use_is_read_again_only_when_a_key_changed_or_its_row_is_old(cl
     settings.KEY_CACHE_MAX_SECONDS = 60.0
     _, secret = make_key(credits=100, max_credits=100, rpm=1000)
     assert key_reads(client, secret) == (200, 1)
-    clock[0] += 1.1
+    clock.advance(1.1)
     assert key_reads(client, secret) == (200, 1)  # the first row predates any known version
     # The row read at 1.1 s serves until 61.1 s.
     assert requests_after(client, clock, secret, 5, 10, 20, 20, 10) == [(200, 0)] * 4 + [(200, 1)]
@@ -93,15 +85,15 @@ def test_without_an_answer_from_the_shared_cache_a_row_older_than_its_seconds_is
 @pytest.mark.django_db(transaction=True)
 def test_changes_made_in_another_process_apply_at_the_keys_next_request_here(client, seeded, make_key, clock):
     limited, limited_secret = make_key(credits=100, max_credits=100, rpm=1000)
-    # The other process takes seconds: the requests it lowers the rpm below must share its minute window.
-    away_from_minute_edge(limited, margin=15.0)
+    # The other process takes seconds, but the limit is counted here, on the stopped clock: the requests
+    # it lowers the rpm below share the request's minute window.
     revoked, revoked_secret = make_key(credits=100, max_credits=100, rpm=1000)
     secrets = (limited_secret, revoked_secret)
     # The first key's row was read before any version was known, the second's after its script.
     assert [key_reads(client, secret) for secret in secrets] == [(200, 1)] * 2
-    clock[0] += 1.1
+    clock.advance(1.1)
     assert [key_reads(client, secret) for secret in secrets] == [(200, 1), (200, 0)]
-    clock[0] += 0.5
+    clock.advance(0.5)
     assert [key_reads(client, secret) for secret in secrets] == [(200, 0)] * 2
 
     # Another process lowers one key's rpm below what it has used this minute and revokes the other.
@@ -110,7 +102,7 @@ def test_changes_made_in_another_process_apply_at_the_keys_next_request_here(cli
         f"update_key(key=ApiKey.objects.get(pk={limited.pk}), changes={{'rpm': 2}}, actor='other process')\n"
         f"set_active(key=ApiKey.objects.get(pk={revoked.pk}), active=False, actor='other process')\n")
 
-    clock[0] += 0.1  # the rpm-limited key's row is 0.6 s old
+    clock.advance(0.1)  # the rpm-limited key's row is 0.6 s old
     assert_error(post(client, *CHAT, limited_secret), 429, "rate_limit_exceeded", "rate_limit_error", param="rpm")
     assert_error(post(client, *CHAT, revoked_secret), 401, "invalid_api_key", "authentication_error")
     assert [ApiKey.objects.get(pk=key.pk).credits for key in (limited, revoked)] == [97, 97]
@@ -131,7 +123,7 @@ def test_a_refill_moves_the_version_and_this_process_reads_its_keys_again(client
     with django_capture_on_commit_callbacks(execute=True):
         assert refill_all(actor="test") == 1
     assert version() != before
-    clock[0] += 0.1
+    clock.advance(0.1)
     assert key_reads(client, secret) == (200, 1)
     assert post(client, *CHAT, secret)["X-Remaining-Credits"] == "98"
 

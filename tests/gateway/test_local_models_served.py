@@ -15,6 +15,7 @@ HEAVY = {"model": "local-image", "prompt": "a lighthouse in a storm", "size": "4
 
 
 @pytest.mark.postgres
+@pytest.mark.served
 def test_four_of_the_largest_image_requests_leave_health_answering_within_a_second(transactional_db, seeded,
                                                                                   make_key, tmp_path):
     key, secret = make_key(tier="premium", credits=100, max_credits=100, rpm=1000)

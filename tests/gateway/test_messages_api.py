@@ -395,9 +395,9 @@ def test_an_unknown_model_is_a_not_found_error(sdk, openai_model):
     assert credits_of(key) == 100
 
 
-def test_past_the_keys_rpm_is_a_rate_limit_error(live_server, openai_model, make_key):
-    key, secret = make_key(credits=100, max_credits=100, rpm=1)
-    conftest.away_from_minute_edge(key)
+def test_past_the_keys_rpm_is_a_rate_limit_error(live_server, openai_model, make_key, clock):
+    # live_server serves from a thread of this process: its limits read the stopped clock.
+    _, secret = make_key(credits=100, max_credits=100, rpm=1)
     openai_model.json("/chat/completions", chat_completion())
     with anthropic.Anthropic(base_url=live_server.url, api_key=secret, max_retries=0) as client:
         client.messages.create(model="gpt-chat", max_tokens=64, messages=HELLO)
@@ -407,9 +407,8 @@ def test_past_the_keys_rpm_is_a_rate_limit_error(live_server, openai_model, make
     assert limited.value.response.headers["retry-after"]
 
 
-def test_count_tokens_counts_against_the_keys_rpm(live_server, claude_model, make_key):
+def test_count_tokens_counts_against_the_keys_rpm(live_server, claude_model, make_key, clock):
     key, secret = make_key(credits=100, max_credits=100, rpm=2)
-    conftest.away_from_minute_edge(key)
     with anthropic.Anthropic(base_url=live_server.url, api_key=secret, max_retries=0) as client:
         for _ in range(2):
             assert client.messages.count_tokens(model="claude-chat", messages=HELLO).input_tokens > 0

@@ -15,7 +15,6 @@ from tests.gateway.conftest import (
     DROP,
     Gate,
     UPSTREAM_SECRET,
-    away_from_minute_edge,
     chunk,
     gunicorn,
     post,
@@ -70,10 +69,9 @@ def tokens_in_usage(model_id: str) -> tuple[int, int]:
 
 @pytest.mark.django_db
 def test_a_known_sequence_of_requests_gives_exact_counts(client, fake_models, upstream, free_key, broke_key,
-                                                         make_key):
+                                                         make_key, clock):
     key, secret = free_key
     limited, limited_secret = make_key(credits=10, rpm=1)
-    away_from_minute_edge(limited)
     assert chat(client, secret).status_code == 200
     streamed = chat(client, secret, stream=True)
     assert b"[DONE]" in b"".join(streamed.streaming_content)
@@ -181,6 +179,7 @@ def test_the_database_pool_is_reported_on_postgresql_only(client, seeded, vendor
 
 @pytest.mark.postgres
 @pytest.mark.redis
+@pytest.mark.served
 def test_every_worker_of_gunicorn_adds_to_the_same_counts_and_a_dead_ones_stream_closes(
         transactional_db, fake_models, upstream, make_key, tmp_path):
     _, secret = make_key(credits=100, max_credits=100, rpm=1000)

@@ -9,16 +9,15 @@ from tests.gateway.conftest import (
     LOCAL_TIER,
     OPERATIONS,
     assert_error,
-    away_from_minute_edge,
     gunicorn,
+    key_clear_of_window_edges,
     post,
 )
 
 
 @pytest.mark.django_db
-def test_the_minute_limit_counts_every_operation_of_the_key(client, seeded, make_key):
+def test_the_minute_limit_counts_every_operation_of_the_key(client, seeded, make_key, clock):
     key, secret = make_key(tier=LOCAL_TIER, credits=100, max_credits=100, rpm=4)
-    away_from_minute_edge(key)
     remaining = []
     for operation in OPERATIONS:
         response = post(client, *LOCAL_BODIES[operation], secret)
@@ -32,7 +31,7 @@ def test_the_minute_limit_counts_every_operation_of_the_key(client, seeded, make
 
 
 @pytest.mark.django_db
-def test_the_hour_limit_is_reported_with_its_own_param(client, seeded, make_key):
+def test_the_hour_limit_is_reported_with_its_own_param(client, seeded, make_key, clock):
     key, secret = make_key(credits=100, max_credits=100, rpm=1000, rph=2)
     for _ in range(2):
         assert post(client, *LOCAL_BODIES["embedding"], secret).status_code == 200
@@ -42,10 +41,9 @@ def test_the_hour_limit_is_reported_with_its_own_param(client, seeded, make_key)
 
 
 @pytest.mark.django_db
-def test_limits_belong_to_the_key_not_to_the_client(client, seeded, make_key):
-    first, first_secret = make_key(credits=100, max_credits=100, rpm=1)
+def test_limits_belong_to_the_key_not_to_the_client(client, seeded, make_key, clock):
+    _, first_secret = make_key(credits=100, max_credits=100, rpm=1)
     _, second_secret = make_key(credits=100, max_credits=100, rpm=1)
-    away_from_minute_edge(first)
     assert post(client, *LOCAL_BODIES["embedding"], first_secret).status_code == 200
     assert post(client, *LOCAL_BODIES["embedding"], first_secret).status_code == 429
     assert post(client, *LOCAL_BODIES["embedding"], second_secret).status_code == 200
@@ -66,10 +64,11 @@ def send(base: str, secret: str) -> requests.Response:
 
 @pytest.mark.postgres
 @pytest.mark.redis
+@pytest.mark.served
 def test_the_minute_limit_holds_across_two_processes(two_servers, make_key):
     first, second = two_servers
-    key, secret = make_key(credits=100, max_credits=100, rpm=3)
-    away_from_minute_edge(key)
+    # The servers' windows turn on the real clock: a key whose minute has at least 20 s left.
+    key, secret = key_clear_of_window_edges(make_key, credits=100, max_credits=100, rpm=3)
     statuses = [send(base, secret) for base in (first, second, first)]
     assert [response.status_code for response in statuses] == [200, 200, 200]
     assert [response.headers["X-RateLimit-Remaining-Requests"] for response in statuses] == ["2", "1", "0"]
@@ -82,9 +81,10 @@ def test_the_minute_limit_holds_across_two_processes(two_servers, make_key):
 
 @pytest.mark.postgres
 @pytest.mark.redis
+@pytest.mark.served
 def test_the_hour_limit_holds_across_two_processes(two_servers, make_key):
     first, second = two_servers
-    _, secret = make_key(credits=100, max_credits=100, rpm=1000, rph=2)
+    _, secret = key_clear_of_window_edges(make_key, credits=100, max_credits=100, rpm=1000, rph=2)
     assert send(first, secret).status_code == 200
     assert send(second, secret).status_code == 200
     refused = send(first, secret)
@@ -95,13 +95,14 @@ def test_the_hour_limit_holds_across_two_processes(two_servers, make_key):
 
 @pytest.mark.postgres
 @pytest.mark.redis
+@pytest.mark.served
 def test_one_key_driven_through_two_instances_at_once_keeps_credits_and_limits_exact(two_servers, make_key):
     from concurrent.futures import ThreadPoolExecutor
 
     from keys.ledger import mismatches
 
     first, second = two_servers
-    key, secret = make_key(credits=20, max_credits=20, rpm=1000, rph=30)
+    key, secret = key_clear_of_window_edges(make_key, credits=20, max_credits=20, rpm=1000, rph=30)
     with ThreadPoolExecutor(8) as pool:
         responses = list(pool.map(lambda i: send((first, second)[i % 2], secret), range(40)))
     statuses = sorted(response.status_code for response in responses)
@@ -113,9 +114,8 @@ def test_one_key_driven_through_two_instances_at_once_keeps_credits_and_limits_e
 
 
 @pytest.mark.django_db
-def test_an_invalid_request_uses_its_slot_but_costs_nothing(client, seeded, make_key):
+def test_an_invalid_request_uses_its_slot_but_costs_nothing(client, seeded, make_key, clock):
     key, secret = make_key(credits=100, max_credits=100, rpm=2)
-    away_from_minute_edge(key)
     invalid = post(client, "/v1/embeddings", {"model": "local-embedding"}, secret)
     assert_error(invalid, 400, "missing_field", param="input")
     assert invalid["X-RateLimit-Remaining-Requests"] == "1"

@@ -1,7 +1,6 @@
 """The request path under the production server: pooled connections, cached keys, database faults."""
 import json
 import logging
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -16,6 +15,7 @@ from tests.gateway.conftest import (
     assert_error,
     chat_completion,
     gunicorn,
+    key_clear_of_window_edges,
     post,
     wait_for,
 )
@@ -37,6 +37,7 @@ def pool_in_use(base: str) -> float:
 
 @pytest.mark.postgres
 @pytest.mark.redis
+@pytest.mark.served
 def test_slow_upstream_calls_hold_no_database_connection(transactional_db, fake_models, upstream, make_key, tmp_path,
                                                          monkeypatch):
     monkeypatch.setenv("GATEWAY_UPSTREAM_FAKE_KEY", UPSTREAM_SECRET)
@@ -61,6 +62,7 @@ def test_slow_upstream_calls_hold_no_database_connection(transactional_db, fake_
 
 @pytest.mark.postgres
 @pytest.mark.redis
+@pytest.mark.served
 def test_the_workers_of_an_instance_share_its_database_connections_and_open_them_at_start(transactional_db,
                                                                                            tmp_path):
     # Three workers and twelve connections: four each. gunicorn tells each worker the count it
@@ -78,6 +80,7 @@ def test_the_workers_of_an_instance_share_its_database_connections_and_open_them
 
 
 @pytest.mark.postgres
+@pytest.mark.served
 def test_a_threaded_worker_opens_no_more_connections_than_its_threads_use(transactional_db, tmp_path):
     with gunicorn(tmp_path / "server", threads=3, env={"GUNICORN_WORKER_CLASS": "gthread", "DATABASE_POOL_SIZE": "",
                                                        "METRICS_TOKEN": "scrape-me"}) as base:
@@ -90,6 +93,7 @@ def test_a_threaded_worker_opens_no_more_connections_than_its_threads_use(transa
 
 @pytest.mark.postgres
 @pytest.mark.redis
+@pytest.mark.served
 def test_a_burst_of_requests_reuses_the_upstream_connections_of_the_last_one(transactional_db, fake_models, upstream,
                                                                              make_key, tmp_path, monkeypatch):
     monkeypatch.setenv("GATEWAY_UPSTREAM_FAKE_KEY", UPSTREAM_SECRET)
@@ -120,14 +124,18 @@ def admin_call(base: str, admin_secret: str, operation: str, body: dict) -> requ
 
 @pytest.mark.postgres
 @pytest.mark.redis
+@pytest.mark.served
 def test_key_changes_reach_another_instance_within_the_cache_seconds(transactional_db, seeded, make_key,
                                                                        admin_key, tmp_path):
-    limited, limited_secret = make_key(credits=100, max_credits=100, rpm=1000)
     revoked, revoked_secret = make_key(credits=100, max_credits=100, rpm=1000)
     _, admin_secret = admin_key
     with gunicorn(tmp_path / "a") as first, gunicorn(tmp_path / "b") as second:
-        # The second instance now has both keys cached.
-        assert chat(second, limited_secret).status_code == chat(second, revoked_secret).status_code == 200
+        # The served instances count on the real clock: the limited key's two requests must share one
+        # minute window.
+        limited, limited_secret = key_clear_of_window_edges(make_key, credits=100, max_credits=100, rpm=1000)
+        # The second instance now has both keys cached; the limited key's row was read after the revoked
+        # key's request had shown it the shared keys version (keys.auth_cache).
+        assert chat(second, revoked_secret).status_code == chat(second, limited_secret).status_code == 200
 
         assert admin_call(first, admin_secret, "revoke-key", {"key": revoked_secret}).status_code == 200
         # At once: the charge itself checks that the key is still active.
@@ -135,7 +143,8 @@ def test_key_changes_reach_another_instance_within_the_cache_seconds(transaction
 
         assert admin_call(first, admin_secret, "update-key",
                           {"key": limited_secret, "update": {"rpm": 1}}).status_code == 200
-        time.sleep(1.2)  # KEY_CACHE_SECONDS, 1 s by default
+        # The change moved the shared keys version: the second instance reads the row again at the key's
+        # next request, without waiting for KEY_CACHE_SECONDS (keys.auth_cache).
         refused = chat(second, limited_secret)
         assert refused.status_code == 429 and refused.json()["error"]["param"] == "rpm"
     assert [ApiKey.objects.get(pk=key.pk).credits for key in (limited, revoked)] == [99, 99]

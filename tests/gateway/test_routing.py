@@ -269,7 +269,7 @@ def test_allowed_fails_within_a_minute_cool_a_deployment_down_for_cooldown_secon
     assert (state.requests, state.failures) == (2, 2)
 
 
-def test_a_deployment_is_back_in_rotation_when_its_cooldown_ends(client, fakes, free_key):
+def test_a_deployment_is_back_in_rotation_when_its_cooldown_ends(client, fakes, free_key, clock):
     a, b = fakes("a"), fakes("b")
     pool("pooled", [(add_provider("a", a.base_url), {"priority": 1}), (add_provider("b", b.base_url), {"priority": 2})],
          allowed_fails=1, cooldown_seconds=1)
@@ -280,7 +280,7 @@ def test_a_deployment_is_back_in_rotation_when_its_cooldown_ends(client, fakes, 
     a.fallback_reply = None
     a.json("/chat/completions", chat_completion("from a"))
     assert answered_by(chat(client, secret)) == "b"  # still cooling
-    time.sleep(1.1)
+    clock.advance(1.1)
     assert answered_by(chat(client, secret)) == "a"
 
 
@@ -599,14 +599,14 @@ def test_a_deployment_disabled_by_hand_stays_disabled_however_well_it_probes(fak
     assert not Deployment.objects.get(pk=by_hand.pk).disabled_by_hand
 
 
-def test_a_cooldown_after_a_disable_does_not_hide_the_disable_from_other_processes(fakes):
+def test_a_cooldown_after_a_disable_does_not_hide_the_disable_from_other_processes(fakes, clock):
     a = fakes("a")
     deployment = pool("pooled", [(add_provider("a", a.base_url), {})]).deployments.get()
     stale = Deployment.objects.select_related("model", "provider").get(pk=deployment.pk)  # another process's view
     stale.model.pool = [stale]
     routing.disable(deployment, reason="HTTP 401")
     routing.cool_down(deployment, 0.01, why="a 429 of a request still in flight")  # must not undo the marker
-    time.sleep(0.02)
+    clock.advance(0.02)
     health = routing.read_health(stale.model)
     assert routing.choose(stale.model, health, skip=set()) is None
 

@@ -136,6 +136,7 @@ def served_secret(transactional_db, make_key, monkeypatch):
 # ---------------------------------------------------------------- two workers on Redis
 
 @pytest.mark.redis
+@pytest.mark.served
 def test_failures_seen_by_two_workers_add_up_and_the_cooldown_keeps_both_away(
         served_secret, upstream, backup_upstream, tmp_path):
     deployments = pooled(upstream, backup_upstream, allowed_fails=2, cooldown_seconds=60)
@@ -158,6 +159,7 @@ def test_failures_seen_by_two_workers_add_up_and_the_cooldown_keeps_both_away(
 
 
 @pytest.mark.redis
+@pytest.mark.served
 def test_a_deployment_cooled_in_one_worker_is_skipped_by_the_other_on_its_next_request(
         served_secret, upstream, backup_upstream, tmp_path):
     pooled(upstream, backup_upstream, allowed_fails=1, cooldown_seconds=60)
@@ -172,6 +174,7 @@ def test_a_deployment_cooled_in_one_worker_is_skipped_by_the_other_on_its_next_r
 
 
 @pytest.mark.redis
+@pytest.mark.served
 def test_a_secret_disabled_in_one_worker_is_not_tried_by_the_other_before_its_catalog_refreshes(
         served_secret, upstream, backup_upstream, tmp_path):
     deployments = pooled(upstream, backup_upstream)
@@ -192,6 +195,7 @@ def test_a_secret_disabled_in_one_worker_is_not_tried_by_the_other_before_its_ca
 
 # ---------------------------------------------------------------- the embedded default: one worker, threads
 
+@pytest.mark.served
 def test_the_embedded_default_shares_health_across_its_threads(served_secret, upstream, backup_upstream, tmp_path):
     pooled(upstream, backup_upstream, allowed_fails=3, cooldown_seconds=60)
     # Each failure takes half a second, so four requests sent together are in four threads at once.
@@ -219,6 +223,7 @@ def test_the_embedded_default_shares_health_across_its_threads(served_secret, up
 
 @pytest.mark.parametrize("served", [pytest.param("two workers on Redis", marks=pytest.mark.redis),
                                     "the embedded default"])
+@pytest.mark.served
 def test_latency_routing_sends_most_requests_to_the_faster_deployment_once_both_are_measured(
         served, served_secret, upstream, backup_upstream, tmp_path):
     model = AiModel.objects.create(model_id="pooled", type="chat", owned_by="test", cost=1, tiers=["free"],

@@ -77,6 +77,7 @@ def status_and_error(answer: bytes) -> tuple[int, dict]:
 
 
 @pytest.mark.parametrize("worker", WORKERS)
+@pytest.mark.served
 def test_a_chunked_body_is_served_by_each_worker_kind(transactional_db, seeded, make_key, tmp_path, worker):
     key, secret = make_key(credits=10, max_credits=10)
     body = json.dumps(HELLO).encode()
@@ -95,6 +96,7 @@ def test_a_chunked_body_is_served_by_each_worker_kind(transactional_db, seeded, 
 
 
 @pytest.mark.parametrize("worker", WORKERS)
+@pytest.mark.served
 def test_a_body_one_byte_short_is_answered_408_within_body_read_seconds_and_closed(transactional_db, tmp_path,
                                                                                    worker):
     body = json.dumps(HELLO).encode()
@@ -113,6 +115,7 @@ def test_a_body_one_byte_short_is_answered_408_within_body_read_seconds_and_clos
 
 
 @pytest.mark.parametrize("worker", WORKERS)
+@pytest.mark.served
 def test_errors_the_server_answers_itself_are_in_the_json_error_shape(transactional_db, tmp_path, worker):
     with served(tmp_path, worker) as base:
         oversized = requests.get(f"{base}/v1/models", headers={"X-Padding": "p" * 10000}, timeout=10)
@@ -132,6 +135,7 @@ def test_errors_the_server_answers_itself_are_in_the_json_error_shape(transactio
     assert (status, error["code"], error["message"]) == (400, "invalid_body", "The request body could not be read.")
 
 
+@pytest.mark.served
 def test_no_log_line_of_the_server_holds_a_query_string(transactional_db, tmp_path):
     access_log = tmp_path / "access.log"
     secret = "sk-in-the-query-0123456789abcdef"

@@ -115,6 +115,7 @@ def test_a_database_not_yet_reachable_does_not_stop_the_worker(seeded, caplog, m
     assert warning.startswith("could not check the providers' secrets at start: connection refused")
 
 
+@pytest.mark.served
 def test_a_gunicorn_worker_warns_once_it_has_started_and_a_command_does_not(tmp_path):
     env = {"DATABASE_URL": "", "REDIS_URL": "", "BIND": f"127.0.0.1:{free_port()}",
            "OPENAI_API_KEY": "", "ANTHROPIC_API_KEY": "", "GEMINI_API_KEY": ""}
@@ -161,6 +162,7 @@ def imported_by(command: list[str], tmp_path: Path) -> set[str]:
     return set(listed.read_text().split())
 
 
+@pytest.mark.slow  # a manage.py start-up for each command
 def test_the_projects_commands_skip_the_urlconfs_checks_and_redis_without_redis(tmp_path):
     from django.core.management import get_commands, load_command_class
 

@@ -270,6 +270,7 @@ def test_a_client_that_goes_away_closes_the_upstream_connection(live_server, fak
 
 
 @pytest.mark.postgres
+@pytest.mark.served
 def test_gunicorn_relays_each_chunk_as_it_arrives(transactional_db, fake_models, upstream, free_key, tmp_path,
                                                    monkeypatch):
     """The same lockstep as above, through the production server (gunicorn's gthread workers)."""

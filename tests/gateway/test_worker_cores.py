@@ -112,6 +112,7 @@ def _cores(pid: int) -> set[int]:
 
 @pytest.mark.postgres
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to pin two workers apart")
+@pytest.mark.served
 def test_served_gevent_workers_keep_to_cores_of_their_own_and_a_replacement_takes_the_dead_ones(
         transactional_db, tmp_path):
     if not os.environ.get("REDIS_URL", "").strip():

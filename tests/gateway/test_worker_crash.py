@@ -16,6 +16,7 @@ STREAMS = 12
 
 
 @pytest.mark.postgres
+@pytest.mark.served
 def test_a_worker_killed_mid_stream_leaves_pending_charges_that_settle_stale_refunds(
         transactional_db, fake_models, upstream, make_key, tmp_path, monkeypatch):
     monkeypatch.setenv("GATEWAY_UPSTREAM_FAKE_KEY", UPSTREAM_SECRET)  # inherited by the gunicorn process

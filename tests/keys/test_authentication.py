@@ -95,18 +95,16 @@ def test_a_cached_key_sends_the_model_signals_once_a_receiver_listens(free_key):
     assert seen == [found] and found.cached_row is not None
 
 
-def test_a_cached_key_is_read_again_after_its_seconds(free_key, settings, monkeypatch):
+def test_a_cached_key_is_read_again_after_its_seconds(free_key, settings, clock):
     from keys import auth_cache
 
     key, _ = free_key
     settings.KEY_CACHE_SECONDS = 1.0
-    clock = [1000.0]
-    monkeypatch.setattr(auth_cache.time, "monotonic", lambda: clock[0])
     assert auth_cache.key_with_digest(key.digest).rpm == 60
     ApiKey.objects.filter(pk=key.pk).update(rpm=5)  # another instance changes the key
-    clock[0] += 0.5
+    clock.advance(0.5)
     assert auth_cache.key_with_digest(key.digest).rpm == 60
-    clock[0] += 0.6
+    clock.advance(0.6)
     assert auth_cache.key_with_digest(key.digest).rpm == 5
 
 

@@ -1,13 +1,11 @@
 """Unknown API keys are counted per client address: past AUTH_FAILURES_PER_MINUTE, a 429 without a lookup."""
-import time
-
 import pytest
 
 from keys.models import ApiKey
 from models_catalog.models import UsageEvent
 from tests.conftest import bearer
 from tests.gateway.conftest import post
-from utils_app import limits, windows
+from utils_app import windows
 
 pytestmark = pytest.mark.django_db
 
@@ -19,12 +17,9 @@ HELLO = {"model": "local-chat", "messages": [{"role": "user", "content": "Hello"
 
 
 @pytest.fixture(autouse=True)
-def small_limit(settings):
+def small_limit(settings, clock):
+    """The guesser's minute is a fixed window: on the stopped clock no test straddles two of them."""
     settings.AUTH_FAILURES_PER_MINUTE = LIMIT
-    # Fixed windows: a test that straddles the guesser's minute would start counting again.
-    left = windows.seconds_left(f"auth-failures:{GUESSER}", 60)
-    if left < 5:
-        time.sleep(left + 0.2)
 
 
 def guess(client, number: int, address: str = GUESSER, path: str = "/probe/key"):
@@ -111,14 +106,13 @@ def test_a_metered_operation_refuses_the_guesser_before_anything_else(client, se
 
 
 @pytest.mark.urls("tests.probe_urls")
-def test_the_refusal_ends_with_the_addresses_minute(client, free_key, monkeypatch):
+def test_the_refusal_ends_with_the_addresses_minute(client, free_key, clock):
     _, secret = free_key
     for number in range(LIMIT + 1):
         guess(client, number)
     assert client.get("/probe/key", REMOTE_ADDR=GUESSER, **bearer(secret)).status_code == 429
 
-    later = time.monotonic() + 61
-    monkeypatch.setattr(limits.time, "monotonic", lambda: later)
+    clock.advance(windows.seconds_left(f"auth-failures:{GUESSER}", 60))  # the minute's last second has gone
     assert client.get("/probe/key", REMOTE_ADDR=GUESSER, **bearer(secret)).status_code == 200
 
 

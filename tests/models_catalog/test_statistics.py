@@ -1,4 +1,3 @@
-import time as time_module
 from datetime import datetime, time, timedelta, timezone as dt_timezone
 
 import pytest
@@ -7,7 +6,7 @@ from django.utils import timezone
 from keys.models import ApiKey
 from models_catalog.models import AiModel, UsageEvent
 from tests.conftest import bearer
-from tests.gateway.conftest import away_from_minute_edge
+from utils_app import clock as product_clock
 
 pytestmark = pytest.mark.django_db
 
@@ -20,7 +19,7 @@ def record(key, model_id, *, success=True, tokens=(10, 4), when=None):
     return UsageEvent.objects.create(
         key=key, model=model, operation=model.type, status=200 if success else 502, success=success,
         input_tokens=tokens[0], output_tokens=tokens[1], credits_charged=model.cost if success else 0,
-        latency_ms=40, created_at=when or timezone.now())
+        latency_ms=40, created_at=when or product_clock.utcnow())
 
 
 def counters(requests, completed, input_tokens, output_tokens, credits):
@@ -28,13 +27,10 @@ def counters(requests, completed, input_tokens, output_tokens, credits):
             "inputTokens": input_tokens, "outputTokens": output_tokens, "creditsSpent": credits}
 
 
-def away_from_midnight(margin: float = 10.0) -> None:
-    """Wait out the last seconds of the UTC day, so a test that records usage "today" and then reads the
-    thirty days ending today cannot see the day turn between the two."""
-    now = timezone.now()
-    left = (datetime.combine(now.date() + timedelta(days=1), time(0), tzinfo=dt_timezone.utc) - now).total_seconds()
-    if left < margin:
-        time_module.sleep(left + 0.2)
+def at_noon(clock) -> None:
+    """The stopped clock at noon (UTC) of a day of its own, so a test that records usage "today" and then
+    reads the thirty days ending today cannot see the day turn between the two."""
+    clock.set(datetime(2030, 6, 15, 12, tzinfo=dt_timezone.utc).timestamp())
 
 
 def key_statistics(client, secret):
@@ -114,11 +110,11 @@ def test_key_statistics_are_limited_per_client_address(client, seeded, free_key,
 
 # ---------------------------------------------------------------- GET /v1/statistic/global
 
-def test_global_statistics_have_totals_and_thirty_days_ending_today(client, seeded, make_key):
+def test_global_statistics_have_totals_and_thirty_days_ending_today(client, seeded, make_key, clock):
     first, _ = make_key()
     second, _ = make_key()
-    away_from_midnight()
-    today = timezone.now().date()
+    at_noon(clock)
+    today = product_clock.today()
 
     def noon(days_ago):
         return datetime.combine(today - timedelta(days=days_ago), time(12), tzinfo=dt_timezone.utc)
@@ -158,9 +154,9 @@ def chat(client, secret, content):
     return client.post("/v1/chat/completions", body, content_type="application/json", **bearer(secret))
 
 
-def test_statistics_match_the_chats_the_test_made(client, seeded, make_key):
+def test_statistics_match_the_chats_the_test_made(client, seeded, make_key, clock):
     key, secret = make_key(credits=10, max_credits=10)
-    away_from_midnight()
+    at_noon(clock)
     usages = []
     for content in ("one", "two words", "three words here"):
         response = chat(client, secret, content)
@@ -179,12 +175,11 @@ def test_statistics_match_the_chats_the_test_made(client, seeded, make_key):
 
     global_body = client.get("/v1/statistic/global").json()
     assert global_body["totals"] == expected
-    assert global_body["days"][-1] == {"date": timezone.now().date().isoformat(), **expected}
+    assert global_body["days"][-1] == {"date": product_clock.today().isoformat(), **expected}
 
 
-def test_reading_statistics_does_not_count_against_the_keys_rate_limit(client, seeded, make_key):
-    key, secret = make_key(rpm=1)
-    away_from_minute_edge(key)
+def test_reading_statistics_does_not_count_against_the_keys_rate_limit(client, seeded, make_key, clock):
+    _, secret = make_key(rpm=1)
     for _ in range(3):
         key_statistics(client, secret)
     assert chat(client, secret, "first metered request of the minute").status_code == 200

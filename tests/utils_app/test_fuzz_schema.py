@@ -183,6 +183,7 @@ def forced_tools_are_among_the_tools(context, case):
     return True
 
 
+@pytest.mark.slow  # every operation, fuzzed
 @schema.parametrize()
 @schema.auth.apply(KeyPerOperation, refresh_interval=None)
 @hypothesis_settings(deadline=None, suppress_health_check=list(HealthCheck))

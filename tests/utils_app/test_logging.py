@@ -305,6 +305,7 @@ def test_gunicorns_access_log_is_off_unless_access_log_asks_for_it():
     assert _gunicorn_setting("accesslog", ACCESS_LOG="-") == "'-'"
 
 
+@pytest.mark.served
 def test_a_request_served_by_gunicorn_writes_one_line(tmp_path):
     import requests
 

@@ -31,7 +31,9 @@ Everything else is Django's backend unchanged.
 import logging
 import re
 import time
+from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 import psycopg
 from django.db.backends.postgresql import base, operations
@@ -224,7 +226,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
         likewise once the server has ended a pooled connection, until a new one opens.
         """
         options = self.settings_dict["OPTIONS"]["pool"]
-        refused = options.get("timeout", 30.0) if isinstance(options, dict) else 30.0  # psycopg's default
+        refused: float = options.get("timeout", 30.0) if isinstance(options, dict) else 30.0  # psycopg's default
         if server_ended_one or last_connect_failure() is not None:
             return refused
         return self.settings_dict.get("POOL_QUEUE_TIMEOUT", refused)
@@ -283,7 +285,8 @@ def _quoted(value: str) -> str:
 
 
 # Each element of an array literal (PostgreSQL's text form of an array) by its type: None, bool, int, str.
-_ELEMENTS = {type(None): lambda value: "NULL", bool: lambda value: "t" if value else "f", int: str, str: _quoted}
+_ELEMENTS: dict[type, Callable[[Any], str]] = {
+    type(None): lambda value: "NULL", bool: lambda value: "t" if value else "f", int: str, str: _quoted}
 
 
 def _as_text(value, encoding: str):
@@ -346,7 +349,7 @@ def run_on_libpq(conn, sql: str, params: dict, *, every_row: bool = False) -> tu
     if result is None:
         pgconn.send_query_params(text, values, param_types=types)
         result = _result(conn.wait(_execute(pgconn)), state)
-    row = [] if every_row else None
+    row: list | tuple | None = [] if every_row else None
     if result.status == pq.ExecStatus.TUPLES_OK and result.ntuples:
         loader = Transformer(conn)
         loader.set_pgresult(result)

@@ -1,4 +1,4 @@
-"""The floor of bench/chat_overhead.py: the least a Django REST framework service does per forwarded chat.
+"""The floor of bench/request_cpu.py: the least a Django REST framework service does per forwarded chat.
 
 A bare DRF view, no middleware, no authentication, no metering: it parses the JSON body, posts it
 to the fast upstream through one pooled requests session (which does not read the environment per

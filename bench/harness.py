@@ -104,35 +104,6 @@ def postgres_backends(database: str) -> list[int]:
     return [int(line) for line in out.split()]
 
 
-def redis_server_pids() -> list[int]:
-    """The bench's own redis-server while ``private_servers`` runs one; else every redis-server on
-    this machine (read only, for their CPU time: then the figure includes whatever else uses them)."""
-    if _private_redis_pid is not None:
-        return [_private_redis_pid]
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "comm").read_text().strip() == "redis-server":
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
-
-
-def rss_mib(pids: list[int]) -> float:
-    """Resident memory of these processes together, in MiB (from /proc)."""
-    total_kib = 0
-    for pid in pids:
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total_kib += int(line.split()[1])
-        except OSError:
-            continue
-    return round(total_kib / 1024, 1)
-
-
 class CpuMeter:
     """CPU seconds used by groups of processes between start() and stop().
 
@@ -419,15 +390,12 @@ class PrivateRedis:
         self.process.stop()
 
 
-_private_redis_pid: int | None = None
-
-
 @contextmanager
 def private_servers(workdir: Path, *, wanted: bool = True):
     """The bench's own PostgreSQL and Redis while the block runs: PG_URL and REDIS_URL point at them
     (database gw_bench, Redis db 5), so the scripts' PostgreSQL + Redis runs never touch the
     machine's shared servers. BENCH_DATABASE_URL in the environment keeps the servers it names."""
-    global PG_URL, REDIS_URL, _private_redis_pid
+    global PG_URL, REDIS_URL
     if not wanted or os.environ.get("BENCH_DATABASE_URL"):
         yield
         return
@@ -437,11 +405,10 @@ def private_servers(workdir: Path, *, wanted: bool = True):
     try:
         postgres.start()
         redis_server = PrivateRedis(workdir)
-        PG_URL, REDIS_URL, _private_redis_pid = postgres.url("gw_bench"), redis_server.url(5), redis_server.pid
+        PG_URL, REDIS_URL = postgres.url("gw_bench"), redis_server.url(5)
         yield
     finally:
         PG_URL, REDIS_URL = saved
-        _private_redis_pid = None
         if redis_server is not None:
             redis_server.stop()
         postgres.stop()

@@ -1,4 +1,4 @@
-"""Issue 27's target over many runs of bench/request_cpu.py: each round against its own floor, pooled.
+"""The target over many runs of bench/request_cpu.py: each round against its own floor, pooled.
 
     .venv/bin/python bench/pool_rounds.py RUN.json [RUN.json ...] [--resamples 4000] [--seed 27]
 

@@ -21,8 +21,8 @@ ones, while the CPU time of every process involved is read from /proc before and
 
 Machine CPU per request is server + PostgreSQL + Redis. The report gives, per source, the medians
 over the rounds and the median of each round's ratio to that round's floor: CPU per request
-(gateway / floor) and throughput (gateway / floor), and in how many rounds each half of issue
-27's target (TARGET_CPU_RATIO, TARGET_RPS_RATIO) held on its own. On PostgreSQL also the WAL each
+(gateway / floor) and throughput (gateway / floor), and in how many rounds each half of the
+target (TARGET_CPU_RATIO, TARGET_RPS_RATIO) held on its own. On PostgreSQL also the WAL each
 request wrote (pg_current_wal_lsn before and after), and at the end the share of each table's
 updates that were HOT (pg_stat_user_tables). `manage.py reconcile` runs after every gateway run;
 a mismatch fails the run. The whole machine's busy CPU per request (/proc/stat) is logged too: when
@@ -31,8 +31,8 @@ request, the same work for every request, rising in a round says the same. Befor
 bench waits (--max-wait seconds at most) until the machine is quiet (--quiet: fewer cores busy than
 that), since other work on the cores inflates every CPU figure.
 
-A --source is another copy of the project (`git archive REV | tar -x -C DIR`, or a prototype:
-bench/prototypes/), served with this tree's virtualenv, each with its own database and Redis db;
+A --source is another copy of the project (`git archive REV | tar -x -C DIR`, or an export with a
+change applied), served with this tree's virtualenv, each with its own database and Redis db;
 `,NAME=VALUE` after it adds environment variables for that gateway (`.` is the working tree), e.g.
 `--source BASE . .,ACCESS_LOG=/dev/null`. The provider types side by side:
 `--catalog bench/catalog_types.toml --models bench-chat bench-chat-azure bench-chat-gemini

@@ -85,7 +85,7 @@ metrics.request_answered(operation="chat-completions", model="local-chat", statu
 
 
 def test_in_multiprocess_mode_a_request_is_counted_in_the_shared_folder(tmp_path):
-    # What it costs per request is measured by bench/metrics_cost.py, not asserted here. The counts
+    # Its cost per request is in the served bench's figures (docs/performance.md), not asserted here. The counts
     # were tallied in memory; the process's exit wrote them to its files.
     from prometheus_client import CollectorRegistry
     from prometheus_client.multiprocess import MultiProcessCollector

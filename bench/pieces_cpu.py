@@ -16,16 +16,13 @@ to a round, so the best one is the closest to the piece's own cost). Pairs, now 
 - validating the bench's chat body: GivenFieldsOnly against DRF's Serializer.to_internal_value
   visiting every field (the fields bound once per class either way);
 - that statement's client side: run_alone through libpq (utils_app.postgresql.base.run_on_libpq)
-  against run_alone through psycopg's cursor;
-- an upstream answer's header lines (the fake upstream's, as nginx sends them):
-  utils_app.http.parse_headers_quickly against http.client's parse_headers (the email package's parser).
+  against run_alone through psycopg's cursor.
 """
 from gevent import monkey
 
 monkey.patch_all()
 
 import argparse  # noqa: E402
-import io  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -68,7 +65,7 @@ def measure(calls: int, rounds: int) -> list[tuple[str, float, float]]:
 
     from gateway.serializers import ChatCompletionRequest
     from utils_app.fastpath import GivenFieldsOnly
-    from utils_app import http, shared, windows
+    from utils_app import shared, windows
     from utils_app.db import release_connection
     from utils_app.postgresql import base as backend
 
@@ -138,24 +135,12 @@ def measure(calls: int, rounds: int) -> list[tuple[str, float, float]]:
             backend.run_on_libpq = on_libpq
 
     on_libpq = backend.run_on_libpq
-    answer_head = (b"Server: nginx/1.22.1\r\nDate: Wed, 25 Nov 2026 00:00:00 GMT\r\n"
-                   b"Content-Type: application/json\r\nContent-Length: 221\r\nConnection: keep-alive\r\n"
-                   b"X-Request-ID: req_0123456789abcdef0123456789abcdef\r\n\r\n")
-
-    def headers_quickly():
-        http.parse_headers_quickly(io.BytesIO(answer_head))
-
-    def headers_by_email_parser():
-        http._parse_headers(io.BytesIO(answer_head))
-
     pairs = [
         ("limits' Redis round trip: round_trip / redis-py pipeline", limits_round_trip, limits_pipeline),
         ("one statement: run_alone / Django's cursor, checkout and close", alone, through_django),
         ("its wait under gevent: wait_gevent / psycopg's poll loop", alone, psycopg_wait),
         ("validating the chat body: GivenFieldsOnly / DRF's path", validate_given, validate_drf),
         ("one statement's client: run_on_libpq / psycopg's cursor", alone, through_cursor),
-        ("an answer's header lines: parse_headers_quickly / the email parser", headers_quickly,
-         headers_by_email_parser),
     ]
     results = []
     for name, now, before in pairs:

@@ -9,10 +9,8 @@ class UtilsAppConfig(AppConfig):
         # drf-spectacular finds extensions by import: registered here, the serializers' schema_rules
         # reach every schema, not only those built after some view module happened to import it.
         from utils_app import schema  # noqa: F401
-        from utils_app.http import parse_headers_quickly_from_now_on
 
         skip_closing_caches_that_close_nothing()
-        parse_headers_quickly_from_now_on()
 
 
 def skip_closing_caches_that_close_nothing() -> bool:

@@ -22,13 +22,7 @@ A session is built once per upstream and shared by every thread of the process:
 Since such a session carries nothing per call but its headers, ``Upstreams.post`` sends
 a model call straight through the urllib3 pool of the session's own adapter, skipping
 requests' preparing, merging and Response building on every call (docs/performance.md).
-
-An answer's header lines are parsed without the email package's feed parser when they are plain
-(``parse_headers_quickly``, installed for the process's http.client when the app is ready, which
-urllib3 reads answers with): the same message, a fifth of the CPU.
 """
-import email.parser
-import http.client
 import json
 import os
 import re
@@ -179,47 +173,6 @@ class _CheckedHTTPSConnection(_CheapCheck, HTTPSConnection):
 
 
 _CHECKED_CHEAPLY: dict[type, type] = {HTTPConnection: _CheckedHTTPConnection, HTTPSConnection: _CheckedHTTPSConnection}
-
-
-# Header lines as the email package's parser reads them without a defect and with nothing of the
-# message's body left over: a name of printable ASCII without a colon, a colon, a value of printable
-# ASCII and tabs, each line ended by CRLF or LF. No continuation line, no other control character.
-_PLAIN_HEADER_LINES = re.compile(rb"(?:[!-9;-~]+:[\t -~]*\r?\n)*")
-_MULTIPART = re.compile(rb"multipart", re.IGNORECASE)  # its parser checks a multipart type's parts
-_parse_headers = http.client.parse_headers
-_read_headers = getattr(http.client, "_read_headers", None)
-
-
-def parse_headers_quickly(fp, _class=http.client.HTTPMessage):
-    """What ``http.client.parse_headers`` returns for the header lines ``fp`` holds, built straight from
-    the lines when they are plain (every upstream's answer in practice), else by http.client itself.
-
-    The email package's feed parser costs some 40 µs an answer on the request path (a third of
-    reading the upstream's answer, docs/performance.md); it is needed only for what plain lines
-    never hold: continuation lines, defects, bytes outside ASCII, a multipart type. The lines are
-    read as http.client reads them (its line length and header count limits), and the message
-    built is the one its parser builds, attribute for attribute (tests/utils_app/test_http.py)."""
-    lines = _read_headers(fp)  # the empty line that ends them included, when one came
-    block = b"".join(lines)
-    named = block[:-len(lines[-1])] if lines and lines[-1] in (b"\r\n", b"\n") else block
-    if _PLAIN_HEADER_LINES.fullmatch(named) is None or _MULTIPART.search(named) is not None:
-        return email.parser.Parser(_class=_class).parsestr(block.decode("iso-8859-1"))
-    message = _class()
-    for line in named.decode("ascii").splitlines():
-        name, _, value = line.partition(":")
-        message.set_raw(name, value.lstrip(" \t"))
-    message.set_payload("")
-    return message
-
-
-def parse_headers_quickly_from_now_on() -> bool:
-    """Have http.client (and so urllib3) read every answer's header lines with ``parse_headers_quickly``,
-    for the whole process (utils_app's ready). Left alone on a Python whose http.client lacks the
-    line reader it relies on; returns whether it is installed."""
-    if _read_headers is None:
-        return False
-    http.client.parse_headers = parse_headers_quickly
-    return True
 
 
 def timeouts(seconds: float, *, connect: float = CONNECT_SECONDS) -> tuple[float, float]:

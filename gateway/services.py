@@ -90,6 +90,9 @@ class Meter:
         self.deployment: Deployment | None = None  # the one that answered, or was tried last
         self.sent = False  # whether an upstream was asked: only those requests are recorded as usage
         self.settled = False
+        # What the deployment that answered could not honour and left out (CONTRACT section 8), for the
+        # X-Gateway-Ignored header and the summary line.
+        self.ignored: list[str] = []
 
     @property
     def provider(self) -> str:
@@ -97,7 +100,10 @@ class Meter:
 
     def headers(self) -> dict:
         # key.credits follows the charge and any refund.
-        return {"X-Remaining-Credits": str(self.key.credits), **self.limit_headers}
+        headers = {"X-Remaining-Credits": str(self.key.credits), **self.limit_headers}
+        if self.ignored:
+            headers["X-Gateway-Ignored"] = ", ".join(self.ignored)
+        return headers
 
     def latency_ms(self) -> int:
         return int((time.monotonic() - self.started) * 1000)
@@ -120,8 +126,9 @@ class Meter:
             self.deployment, self.sent = deployment, True
             deadline = Deadline(min(deployment.provider.timeout, self.deadline.left()))
             started = time.perf_counter()
+            adapter = upstream.adapter_for(deployment, deadline)
             try:
-                result = operation(upstream.adapter_for(deployment, deadline))
+                result = operation(adapter)
             except (UpstreamError, UpstreamRejected, UnsupportedParameter) as exc:
                 self._upstream_took(deployment.provider.name, time.perf_counter() - started)
                 metrics.upstream_failed(provider=deployment.provider.name, kind=failure_kind(exc))
@@ -134,6 +141,9 @@ class Meter:
             seconds = time.perf_counter() - started
             self._upstream_took(deployment.provider.name, seconds)
             routing.succeeded(deployment, seconds)
+            self.ignored = list(dict.fromkeys(adapter.ignored))  # each name once, in the order first met
+            if self.line is not None:
+                self.line.ignored = self.ignored
             return result
         raise failure if failure is not None else self.attempts.none_left()
 

@@ -129,6 +129,17 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    # Section 12 of the contract: the most the key may be charged per UTC calendar period (holds included),
+    # and its tokens per minute. budget_spent counts what was charged since budget_period_start; the charge
+    # statement opens a new period by itself when the current one has ended.
+    budget_credits = models.BigIntegerField(null=True, blank=True, help_text="Credits the key may be charged per "
+                                                                             "budget period (empty: no budget).")
+    budget_period = models.CharField(max_length=8, blank=True, default="",
+                                     choices=[("", "none"), ("day", "day"), ("week", "week"), ("month", "month")])
+    budget_spent = models.BigIntegerField(default=0, db_default=0, editable=False)
+    budget_period_start = models.DateTimeField(null=True, blank=True, editable=False)
+    tpm = models.PositiveIntegerField(null=True, blank=True,
+                                      help_text="Tokens per minute, input plus output (empty: no limit).")
 
     objects = ApiKeyQuerySet.as_manager()
     # Not stored: the auth cache's entry the instance was built from (keys.auth_cache), None once
@@ -275,6 +286,16 @@ class LedgerEntry(models.Model):
                                db_index=False, help_text="For a refund: the charge it gives back.")
     input_tokens = models.PositiveIntegerField(null=True, blank=True)
     output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cached_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # A token-priced charge keeps the unit prices (credits per million tokens) it was charged at, so a later
+    # price change never rewrites it; held is what the charge statement took, uncovered what the actual price
+    # passed it by (never taken from the key).
+    price_input = models.DecimalField(max_digits=18, decimal_places=6, null=True, blank=True)
+    price_cached_input = models.DecimalField(max_digits=18, decimal_places=6, null=True, blank=True)
+    price_output = models.DecimalField(max_digits=18, decimal_places=6, null=True, blank=True)
+    request_fee = models.BigIntegerField(null=True, blank=True)
+    held = models.BigIntegerField(null=True, blank=True)
+    uncovered = models.BigIntegerField(default=0, db_default=0)
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField()
     settled_at = models.DateTimeField(null=True, blank=True)

@@ -29,6 +29,8 @@ class Provider(models.Model):
     api_version = models.CharField(max_length=40, blank=True, help_text="Azure: the api-version sent.")
     max_tokens_default = models.PositiveIntegerField(
         default=DEFAULT_MAX_TOKENS, help_text="Anthropic: max_tokens sent when the client gives none.")
+    responses_api = models.BooleanField(default=True, help_text="openai and azure: the upstream serves OpenAI's "
+                                                                "Responses API (off: translated to chat).")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -66,6 +68,14 @@ class AiModel(models.Model):
     type = models.CharField(max_length=16, choices=[(t, t) for t in MODEL_TYPES])
     owned_by = models.CharField(max_length=64)
     cost = models.PositiveIntegerField(help_text="Credits per request (images: per image).")
+    # Credits per million tokens (section 12 of the contract); empty: the model is priced by cost alone.
+    pricing_input = models.DecimalField(max_digits=18, decimal_places=6, null=True, blank=True)
+    pricing_cached_input = models.DecimalField(max_digits=18, decimal_places=6, null=True, blank=True)
+    pricing_output = models.DecimalField(max_digits=18, decimal_places=6, null=True, blank=True)
+    max_output_tokens = models.PositiveIntegerField(null=True, blank=True,
+                                                    help_text="The output cap a token-priced request is held for "
+                                                              "when it names none.")
+    aliases = models.JSONField(default=list, blank=True, help_text="Other names the model answers to.")
     tiers = models.JSONField(default=list, blank=True, help_text="Tiers allowed to use the model.")
     routing = models.CharField(max_length=16, choices=[(r, r) for r in ROUTING_STRATEGIES], default="weighted",
                                help_text="How a deployment is picked within a priority: by weight, or by "

@@ -41,6 +41,7 @@ class RequestLine:
     output_tokens: int = 0
     upstream_seconds: float = 0.0
     attempts: list = field(default_factory=list)  # failed attempts at deployments: "provider#id:code"
+    ignored: list = field(default_factory=list)  # what the deployment that answered could not honour (X-Gateway-Ignored)
     error: str = ""  # the reason of a refusal or failure: its code and message (record_error)
     started: float = field(default_factory=time.perf_counter)
 
@@ -51,7 +52,8 @@ class RequestLine:
                 "output_tokens": self.output_tokens, "upstream_ms": round(self.upstream_seconds * 1000, 1),
                 "total_ms": round((time.perf_counter() - self.started) * 1000, 1), "bytes": sent,
                 "client": self.client, "error": self.error if self.error and status >= 400 else None,
-                **({"failed_attempts": list(self.attempts)} if self.attempts else {})}
+                **({"failed_attempts": list(self.attempts)} if self.attempts else {}),
+                **({"ignored": list(self.ignored)} if self.ignored else {})}
 
 
 _current: contextvars.ContextVar[RequestLine | None] = contextvars.ContextVar("gateway_request", default=None)
@@ -114,6 +116,7 @@ def write(line: RequestLine, status: int, *, sent: int | None = None) -> None:
             fields["input_tokens"], fields["output_tokens"], fields["upstream_ms"], fields["total_ms"],
             fields["key"] or "-", "-" if sent is None else sent, fields["client"] or "-",
             f" failed_attempts={one_line(','.join(line.attempts))}" if line.attempts else "",
+            f" ignored={one_line(','.join(line.ignored))}" if line.ignored else "",
             f" client_request_id={line.client_request_id}" if line.client_request_id else "",
             f' error="{fields["error"]}"' if fields["error"] else "")
     # The record log.info() would make, made directly: logging's search of the stack for the caller
@@ -123,7 +126,7 @@ def write(line: RequestLine, status: int, *, sent: int | None = None) -> None:
     log.handle(record)
 
 
-_SUMMARY = "%s %s %s %s credits=%s tokens=%s/%s upstream=%sms total=%sms key=%s bytes=%s client=%s%s%s%s"
+_SUMMARY = "%s %s %s %s credits=%s tokens=%s/%s upstream=%sms total=%sms key=%s bytes=%s client=%s%s%s%s%s"
 _HERE = write.__code__
 
 

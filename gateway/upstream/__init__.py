@@ -30,6 +30,10 @@ class Adapter(Protocol):
     """One attempt at one deployment. ``payload`` is the client's OpenAI-shaped, validated request body;
     the adapter sends it under the deployment's upstream name, in its provider's protocol."""
 
+    # Names of what the attempt left out of the request (CONTRACT section 8's "dropped and named"):
+    # a member by its dotted path, a header by its name, a tool as tools:<type or name>.
+    ignored: list[str]
+
     def __init__(self, deployment: Deployment, deadline: Deadline): ...
 
     def chat(self, payload: dict[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,9 @@ class HttpAdapter:
         self.name = self.provider.name
         self.upstream_model = deployment.upstream_name
         self.deadline = deadline
+        # What this attempt left out of the request because the deployment cannot honour it (CONTRACT
+        # section 8): names as X-Gateway-Ignored lists them, filled by the adapter or the inbound dialect.
+        self.ignored: list[str] = []
 
     def secret(self) -> str:
         variable = self.deployment.secret_env

@@ -137,6 +137,7 @@ class LocalAdapter:
     def __init__(self, deployment: Deployment, deadline: Deadline):
         self.deployment = deployment
         self.upstream_model = deployment.upstream_name
+        self.ignored: list[str] = []  # as HttpAdapter's: what this attempt left out of the request
 
     def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         answer = _answer(payload)

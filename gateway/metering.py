@@ -394,19 +394,34 @@ def clamp_tokens(count) -> int:
     return min(count, MAX_TOKENS)
 
 
+@dataclass(frozen=True)
+class Also:
+    """A row written by the settlement statement itself, only if the charge is settled (the Responses API's
+    stored response): ``postgres`` is a data-modifying CTE's body that may select from ``settled`` (the
+    settled charge's key_id, amount, request_id), ``sqlite`` the statement run after the settlement in its
+    transaction; both take ``params`` (their names must not clash with the settlement's own)."""
+
+    postgres: str
+    sqlite: str
+    params: dict
+
+
 def complete(*, entry: int, key: ApiKey, model: AiModel, operation: str, provider: str, input_tokens: int,
              output_tokens: int, latency_ms: int, cached_tokens: int = 0, deployment: int | None = None,
-             status: int = 200, success: bool = True) -> bool:
+             status: int = 200, success: bool = True, also: Also | None = None) -> bool:
     """Settle a charge as completed and record its usage; False when it was no longer pending.
 
     ``status`` and ``success`` are the usage row's: a stream charged after it broke off records
-    the failure it ended with (CONTRACT section 5), a whole answer 200 and success.
+    the failure it ended with (CONTRACT section 5), a whole answer 200 and success. ``also`` is a row
+    the same statement writes (never grouped: it runs alone).
     """
     db = statements_wrapper()
     params = {"entry": entry, "key": key.pk, "model_pk": model.pk, "operation": operation, "provider": provider,
               "input_tokens": input_tokens, "output_tokens": output_tokens, "cached_tokens": cached_tokens,
               "latency_ms": min(latency_ms, MAX_LATENCY_MS),
               "now": _now(db), "status": status, "success": success, "deployment": deployment}
+    if also is not None:
+        return _complete_with(db, params, also)
     if db.vendor == "postgresql":
         if db.can_run_alone():
             settled = _in_group(SETTLEMENT, params)
@@ -421,6 +436,25 @@ def complete(*, entry: int, key: ApiKey, model: AiModel, operation: str, provide
                 return False
             cursor.execute(COMPLETE_SQLITE[1], params)
             cursor.execute(COMPLETE_SQLITE[2], {**params, "credits": -settled[1], "request_id": settled[2]})
+            return True
+
+
+def _complete_with(db, params: dict, also: Also) -> bool:
+    """complete() with one more row written by the settlement: one statement on PostgreSQL, one transaction
+    on SQLite."""
+    params = {**params, **also.params}
+    if db.vendor == "postgresql":
+        statement = COMPLETE_POSTGRES.replace(" INSERT INTO ", f", also AS ({also.postgres}) INSERT INTO ", 1)
+        return db.run_one(statement, params)[1] == 1
+    with db.cursor() as cursor:
+        with one_writer_at_a_time(db), transaction.atomic(using=db.alias):
+            cursor.execute(COMPLETE_SQLITE[0], params)
+            settled = cursor.fetchone()
+            if settled is None:
+                return False
+            cursor.execute(COMPLETE_SQLITE[1], params)
+            cursor.execute(COMPLETE_SQLITE[2], {**params, "credits": -settled[1], "request_id": settled[2]})
+            cursor.execute(also.sqlite, {**params, "key_id": settled[0], "request_id": settled[2]})
             return True
 
 

@@ -159,7 +159,8 @@ class Meter:
             self.line.upstream_seconds += seconds
 
     def succeed(self, *, input_tokens: int, output_tokens: int, cached_tokens: int = 0,
-                answer: Outcome | bytes | None = None, status: int = 200, upstream_success: bool = True) -> None:
+                answer: Outcome | bytes | None = None, status: int = 200, upstream_success: bool = True,
+                also: metering.Also | None = None) -> None:
         """Complete the charge and record the usage; ``answer`` is kept for Idempotency-Key retries.
 
         The client gets its answer even when the database refuses this write (it just
@@ -178,7 +179,7 @@ class Meter:
 
         def settle() -> None:
             if self._complete(input_tokens, output_tokens, cached_tokens, answer, status=status,
-                              success=upstream_success):
+                              success=upstream_success, also=also):
                 self._count_success(input_tokens, output_tokens)
 
         self._settle(settle, what=f"completion of charge {self.entry} of key {self.key.prefix}")
@@ -199,12 +200,12 @@ class Meter:
         sweeper.settle_later(settle, what=what)
 
     def _complete(self, input_tokens: int, output_tokens: int, cached_tokens: int, answer, *, status: int,
-                  success: bool) -> bool:
+                  success: bool, also: metering.Also | None = None) -> bool:
         settle: dict[str, Any]  # metering.complete's keyword arguments
         settle = dict(entry=self.entry, key=self.key, model=self.model, operation=self.operation,
                       provider=self.provider, deployment=self.deployment.pk if self.deployment else None,
                       input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached_tokens,
-                      latency_ms=self.latency_ms(), status=status, success=success)
+                      latency_ms=self.latency_ms(), status=status, success=success, also=also)
         if self.claim is None:
             return metering.complete(**settle)
         with transaction.atomic():
@@ -304,9 +305,12 @@ def resolve_model(*, key: ApiKey, operation: str, model_id: str) -> AiModel:
     return model
 
 
-def admit(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1) -> Meter:
-    """Resolve the model, check the tier, take the credits: in the contract's order."""
+def admit(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1, record_as: str | None = None) -> Meter:
+    """Resolve the model, check the tier, take the credits: in the contract's order. ``operation`` is the
+    model type the request needs; ``record_as`` the operation its ledger and usage rows name, when it is
+    another (the Responses API's ``responses``, the Gemini ingress's ``gemini``)."""
     model = resolve_model(key=key, operation=operation, model_id=model_id)
+    operation = record_as or operation
     claim = idempotency.from_request(request)
     amount = model.cost * units
     # Looked up once for the charge and the release. Without an Idempotency-Key the charge is one statement
@@ -324,13 +328,14 @@ def admit(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1
 
 
 @contextmanager
-def metered(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1) -> Iterator[Meter]:
+def metered(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1,
+            record_as: str | None = None) -> Iterator[Meter]:
     """Admit the request; if anything fails inside the block, refund and record the failure.
 
     The block must call ``meter.succeed()`` once its answer is ready, or hand the
     meter to something that will (a stream does it when it ends).
     """
-    meter = admit(request=request, key=key, operation=operation, model_id=model_id, units=units)
+    meter = admit(request=request, key=key, operation=operation, model_id=model_id, units=units, record_as=record_as)
     try:
         yield meter
     except Exception as exc:
@@ -389,6 +394,9 @@ class OpenAIEvents:
 class ChatDialect:
     """The client's side of a chat: OpenAI's answer as it is, and OpenAI's events (the default)."""
 
+    # The operation the ledger and usage rows name (an inbound API of its own may name itself there).
+    records_as = "chat"
+
     def answer(self, completion: dict, *, input_tokens: int, output_tokens: int, cached: int) -> dict:
         """The answer's body; the token counts are the ones metered (the upstream's, else the estimates)."""
         if isinstance(completion.get("usage"), dict):
@@ -413,7 +421,7 @@ def chat_completion(*, request, key: ApiKey, params: dict, dialect: ChatDialect 
     when ``stream`` is true. ``params`` are OpenAI's, validated."""
     dialect = dialect or ChatDialect()
     with metered(request=request, key=key, operation="chat", model_id=params["model"],
-                 units=params.get("n") or 1) as meter:
+                 units=params.get("n") or 1, record_as=dialect.records_as) as meter:
         payload = dict(params)
         if params.get("stream"):
             client_wants_usage = bool((params.get("stream_options") or {}).get("include_usage"))

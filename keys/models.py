@@ -140,6 +140,10 @@ class ApiKey(models.Model):
     budget_period_start = models.DateTimeField(null=True, blank=True, editable=False)
     tpm = models.PositiveIntegerField(null=True, blank=True,
                                       help_text="Tokens per minute, input plus output (empty: no limit).")
+    # The tokens settled in the key's current minute (tpm_minute: minutes since the epoch), written by the
+    # settlement statement and read by the charge statement, so the limit holds across workers and hosts.
+    tpm_minute = models.BigIntegerField(default=0, db_default=0, editable=False)
+    tpm_used = models.BigIntegerField(default=0, db_default=0, editable=False)
 
     objects = ApiKeyQuerySet.as_manager()
     # Not stored: the auth cache's entry the instance was built from (keys.auth_cache), None once

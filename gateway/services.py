@@ -29,6 +29,7 @@ from django.conf import settings
 from gateway import idempotency, media, metering, routing, serializers, sweeper, upstream
 from gateway.local_models import count_tokens
 from gateway.metering import Idempotency
+from gateway.notes import notes_of
 from gateway.upstream.shapes import ChunkStream, content_text, prompt_text
 from gateway.upstream.transport import Deadline
 from keys.models import ApiKey
@@ -76,6 +77,8 @@ class Meter:
                  attempts: routing.Attempts, claim: Idempotency | None, amount: int):
         self.key = key
         self.model = model
+        # The name the client sent for the model (its id or an alias): what the answer names it.
+        self.model_name = model.model_id
         self.operation = operation
         self.entry = entry
         self.amount = amount
@@ -319,12 +322,13 @@ def admit(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1
     entry = metering.charge(key=key, model=model, operation=operation, amount=amount,
                             request_id=request_id(request), idempotency=claim, db=db)
     release_connection(db)  # the upstream call needs no database
-    state = getattr(request, "limit_state", None)
-    # The pool's health as the request's limits round trip read it (gateway.views), when it did.
-    health = getattr(request, "routing_health", None)
-    return Meter(key=key, model=model, operation=operation, entry=entry,
-                 limit_headers=state.headers() if state else {}, attempts=routing.Attempts(model, health),
+    # The key's windows and the pool's health as the request's limits round trip read them (gateway.views).
+    notes = notes_of(request)
+    meter = Meter(key=key, model=model, operation=operation, entry=entry,
+                 limit_headers=notes.limit_headers(), attempts=routing.Attempts(model, notes.health),
                  claim=claim, amount=amount)
+    meter.model_name = model_id
+    return meter
 
 
 @contextmanager
@@ -390,6 +394,10 @@ class OpenAIEvents:
     def end(self) -> bytes:
         return DONE
 
+    def kept(self) -> metering.Also | None:
+        """A row the stream's settlement also writes (the Responses API's stored response); none here."""
+        return None
+
 
 class ChatDialect:
     """The client's side of a chat: OpenAI's answer as it is, and OpenAI's events (the default)."""
@@ -407,6 +415,13 @@ class ChatDialect:
     def events(self) -> OpenAIEvents:
         return OpenAIEvents()
 
+    def admitted(self, meter: Meter) -> None:
+        """The request was charged and is about to be sent (the Responses API steers its routing here)."""
+
+    def kept(self) -> metering.Also | None:
+        """A row the answer's settlement also writes (the Responses API's stored response); none here."""
+        return None
+
     def complete(self, client, payload: dict) -> dict:
         """One attempt at a deployment (``client`` its adapter): a chat.completion."""
         return client.chat(payload)
@@ -422,6 +437,7 @@ def chat_completion(*, request, key: ApiKey, params: dict, dialect: ChatDialect 
     dialect = dialect or ChatDialect()
     with metered(request=request, key=key, operation="chat", model_id=params["model"],
                  units=params.get("n") or 1, record_as=dialect.records_as) as meter:
+        dialect.admitted(meter)
         payload = dict(params)
         if params.get("stream"):
             client_wants_usage = bool((params.get("stream_options") or {}).get("include_usage"))
@@ -432,7 +448,7 @@ def chat_completion(*, request, key: ApiKey, params: dict, dialect: ChatDialect 
                               messages=params["messages"], events=dialect.events())
             return Outcome(headers=meter.headers(), stream=relay)
         completion = meter.call(lambda client: dialect.complete(client, payload))
-        completion["model"] = meter.model.model_id
+        completion["model"] = meter.model_name
         usage = completion.get("usage") or {}
         reply = " ".join(content_text((choice.get("message") or {}).get("content"))
                          for choice in completion["choices"] if isinstance(choice, dict))
@@ -441,7 +457,8 @@ def chat_completion(*, request, key: ApiKey, params: dict, dialect: ChatDialect 
         cached = min(cached_tokens(usage), input_tokens)  # part of the input, as the ledger keeps it
         outcome = Outcome(headers=meter.headers(), body=dialect.answer(
             completion, input_tokens=input_tokens, output_tokens=output_tokens, cached=cached))
-        meter.succeed(input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached, answer=outcome)
+        meter.succeed(input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached, answer=outcome,
+                      also=dialect.kept())
     return outcome
 
 
@@ -554,7 +571,7 @@ class ChatRelay:
             metrics.OPEN_STREAMS.dec()
 
     def _relay(self) -> Iterator[bytes]:
-        model_id = self._meter.model.model_id
+        model_id = self._meter.model_name
         try:
             for chunk in self._upstream:
                 for choice in chunk.get("choices") or ():
@@ -618,7 +635,7 @@ class ChatRelay:
         self._meter.succeed(
             input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached,
             answer=b"".join(self._sent) if self._sent and self._ended else None,
-            status=status, upstream_success=complete)
+            status=status, upstream_success=complete, also=self._events_out.kept())
 
     def close(self) -> None:
         try:
@@ -670,7 +687,7 @@ def synthesize_speech(*, request, key: ApiKey, params: dict, sent: set, raw: boo
             outcome = Outcome(headers=meter.headers(), content=audio.content, content_type=audio.content_type)
         else:
             name = media.save(audio.content, kind="audio", extension=audio.format)
-            result = {"object": "audio.speech", "model": meter.model.model_id,
+            result = {"object": "audio.speech", "model": meter.model_name,
                       "audio_url": media.url_for(name, request=request), "format": audio.format,
                       "content_type": audio.content_type, "created": int(time.time()),
                       "remaining_credits": key.credits}
@@ -695,7 +712,7 @@ def create_embeddings(*, request, key: ApiKey, params: dict, sent: set) -> Outco
                               lambda: sum(count_tokens(text) for text in texts))
         vectors = [item["embedding"] for item in data]
         outcome = Outcome(headers=meter.headers(), body={
-            "object": "list", "data": data, "model": meter.model.model_id,
+            "object": "list", "data": data, "model": meter.model_name,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
             "embedding": vectors[0] if isinstance(params["input"], str) else vectors,
             "remaining_credits": key.credits,

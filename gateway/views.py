@@ -16,7 +16,8 @@ from rest_framework.views import APIView
 
 from gateway import idempotency, media, messages, routing, serializers, services
 from keys.auth import BearerKeyAuthentication, HasApiKey
-from keys.limits import KeyRequestLimits
+from gateway.notes import RequestNotes, notes_of
+from keys import limits
 from keys.models import ApiKey
 from models_catalog import catalog
 from utils_app.errors import GatewayError, MethodNotAllowed, NotFound, RequestTooLarge, json_error, parse_json_object
@@ -100,57 +101,83 @@ def respond(outcome: services.Outcome):
 
 
 class KeyLimitedView(APIView):
-    """A view for keys: authenticated, counted against the key's limits (a DRF throttle runs right
-    after authentication), and answered with the key's balance and limits in headers."""
+    """A view for keys: authenticated, counted against the key's limits right after authentication, and
+    answered with the key's balance and limits in headers.
+
+    The request's record (gateway.notes) is built here in the contract's order: DRF authenticates the
+    key (keys.auth) and checks it is there, then ``count`` reads what the limits' one Redis round trip
+    also asks for (``shared_reads``) and counts the request (keys.limits.enforce)."""
 
     authentication_classes = [BearerKeyAuthentication]
     permission_classes = [HasApiKey]
-    throttle_classes = [KeyRequestLimits]
     content_negotiation_class = JsonNegotiation
+    # keys.auth: the limits' round trip checks that a cached key row is still current.
+    counts_key_limits = True
+
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)  # authentication and permission: the key is there
+        self.count(request)
+
+    def count(self, request) -> None:
+        notes = notes_of(request)
+        notes.key = request.user
+        notes.limits, answers = limits.enforce(request.user, also=self.shared_reads(notes, request))
+        self.read_shared(notes, answers)
+
+    def shared_reads(self, notes: RequestNotes, request) -> list:
+        """What the limits' round trip also asks the shared cache (utils_app.shared ops)."""
+        return []
+
+    def read_shared(self, notes: RequestNotes, answers: list | None) -> None:
+        """Take the answers to ``shared_reads`` (None when the shared cache could not be reached)."""
 
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
         # Refusals before the charge (400, 403, 404…) still tell an authenticated client its balance
         # and its limits. The key as authentication left it: touching request.user after a refused
         # key would run the lookup again.
-        key = getattr(request, "_user", None)
-        if isinstance(key, ApiKey) and "X-Remaining-Credits" not in response:
-            response["X-Remaining-Credits"] = str(key.credits)
-        state = getattr(request, "limit_state", None)
-        if state is not None and "X-RateLimit-Limit-Requests" not in response:
-            for name, value in state.headers().items():
+        notes = notes_of(request)
+        if notes.key is not None and "X-Remaining-Credits" not in response:
+            response["X-Remaining-Credits"] = str(notes.key.credits)
+        if "X-RateLimit-Limit-Requests" not in response:
+            for name, value in notes.limit_headers().items():
                 response[name] = value
         return response
 
 
 class MeteredView(KeyLimitedView):
-    """Count the request against the key's limits, then validate and run the operation, or replay an
-    Idempotency-Key retry."""
+    """One metered request, in the contract's order (section 4): authenticate, count the limits and read the
+    model's health (one round trip), parse the body, resolve the model and the tier, validate the rest,
+    then replay an Idempotency-Key retry or run the operation (charge, call, settle: gateway.services)."""
 
     request_serializer: type[StrictSerializer]
+    # The model type the operation serves (a model of another type is model_type_mismatch).
+    operation = "chat"
 
-    def shared_reads(self, request) -> list:
-        """What the limits' round trip also asks the shared cache: the health of the requested model's
-        deployments (gateway.routing). The body is parsed here for its model; a body that does not
-        parse is refused after the request was counted, as the contract orders it."""
+    def shared_reads(self, notes: RequestNotes, request) -> list:
+        """The health of the requested model's deployments (gateway.routing). The body is parsed here for its
+        model; a body that does not parse is refused after the request was counted, as the contract orders."""
         try:
-            request.parsed_body = parse_json_object(request.body)
+            notes.body = parse_json_object(request.body)
         except GatewayError as exc:
-            request.parsed_body = exc
-        model_id = request.parsed_body.get("model") if isinstance(request.parsed_body, dict) else None
-        request.health_read = routing.HealthRead(catalog.get_model(model_id) if isinstance(model_id, str) else None)
-        return request.health_read.ops
+            notes.body = exc
+        model_name = notes.body.get("model") if isinstance(notes.body, dict) else None
+        if isinstance(model_name, str):
+            notes.model_name, notes.model = model_name, catalog.get_model(model_name)
+        self.health_read = routing.HealthRead(notes.model)
+        return self.health_read.ops
+
+    def read_shared(self, notes: RequestNotes, answers: list | None) -> None:
+        notes.health = self.health_read.health(answers)
 
     def post(self, request):
-        body = getattr(request, "parsed_body", None)
-        if body is None:
-            body = parse_json_object(request.body)
-        if isinstance(body, Exception):
-            raise body
-        params, sent = self.validate(body)
-        health_read = getattr(request, "health_read", None)
-        if health_read is not None:
-            request.routing_health = health_read.health(getattr(request, "shared_answers", None))
+        notes = notes_of(request)
+        if isinstance(notes.body, GatewayError):
+            raise notes.body
+        if notes.model_name is not None:
+            # A model the gateway does not serve is what the client learns first, whatever else its body holds.
+            services.resolve_model(key=request.user, operation=self.operation, model_id=notes.model_name)
+        params, sent = self.validate(notes.body)
         replay = services.previous_answer(request=request, key=request.user)
         return respond(replay or self.operate(request, params, sent))
 
@@ -320,6 +347,7 @@ class CountTokensView(KeyLimitedView):
 ))
 class ImageGenerationsView(MeteredView):
     request_serializer = serializers.ImageGenerationRequest
+    operation = "image"
 
     def operate(self, request, params, sent):
         return services.generate_images(request=request, key=request.user, params=params, sent=sent)
@@ -340,6 +368,7 @@ class ImageGenerationsView(MeteredView):
 ))
 class SpeechView(MeteredView):
     request_serializer = serializers.SpeechRequest
+    operation = "speech"
 
     def operate(self, request, params, sent):
         raw = wants_raw_audio(request.META.get("HTTP_ACCEPT", ""))
@@ -361,6 +390,7 @@ class SpeechView(MeteredView):
 ))
 class EmbeddingsView(MeteredView):
     request_serializer = serializers.EmbeddingsRequest
+    operation = "embedding"
 
     def operate(self, request, params, sent):
         return services.create_embeddings(request=request, key=request.user, params=params, sent=sent)

@@ -4,7 +4,6 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 
 from keys import auth_cache
-from keys.limits import KeyRequestLimits
 from keys.models import SECRET_PREFIX, ApiKey, digest_secret
 from utils_app import limits
 from utils_app import logging as request_log
@@ -35,7 +34,8 @@ class BearerKeyAuthentication(BaseAuthentication):
     """Looks the key up by the SHA-256 digest of the secret: the process cache, else one indexed query.
 
     A metered view's cached row may be older than KEY_CACHE_SECONDS: its request limits
-    (KeyRequestLimits) check the row against the shared keys version before using it.
+    (keys.limits.enforce, for views that declare ``counts_key_limits``) check the row against the
+    shared keys version before using it.
 
     A view that needs the row as it is now sets ``fresh_key_lookup = True``: the admin API
     (a revoked admin key is refused at once, not after the cache's second) and a key's own
@@ -59,7 +59,7 @@ class BearerKeyAuthentication(BaseAuthentication):
         view = request.parser_context.get("view")
         if getattr(view, "fresh_key_lookup", False):
             key = ApiKey.objects.filter(digest=digest).first()
-        elif KeyRequestLimits in getattr(view, "throttle_classes", ()):
+        elif getattr(view, "counts_key_limits", False):
             # The limits check that the cached row is still current (keys.auth_cache.current).
             key = auth_cache.key_with_digest(digest, within=auth_cache.longest_seconds())
         else:

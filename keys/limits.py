@@ -64,13 +64,11 @@ def enforce(key: ApiKey, *, also: Sequence = ()) -> tuple[LimitState, list | Non
 
 
 class KeyRequestLimits(BaseThrottle):
-    """DRF runs throttles right after authentication: the place the contract counts a request.
-    The state is kept on the request for the response headers; a view with more to ask of the
-    shared cache in the same round trip names it in ``shared_reads(request)`` and finds the
-    answers in ``request.shared_answers``."""
+    """The limits as a DRF throttle, for views that only count a key's request (the catalog's, when a key
+    is sent). The metered views count in their own first step instead (gateway.views), with the reads
+    their operation adds to the same round trip. The state is kept for the response headers."""
 
     def allow_request(self, request, view):
         request.limit_state = None
-        also = view.shared_reads(request) if hasattr(view, "shared_reads") else []
-        request.limit_state, request.shared_answers = enforce(request.user, also=also)
+        request.limit_state, _ = enforce(request.user)
         return True

@@ -97,10 +97,27 @@ def test_a_model_of_the_wrong_json_type_is_invalid_value(client, operation, free
     assert_untouched(key, 100)
 
 
-def test_an_unknown_top_level_member_is_unknown_parameter(client, operation, free_key):
-    key, secret = free_key
+def test_an_unknown_top_level_member_is_unknown_parameter(client, operation, local_key):
+    # A key whose tier may use the model: the tier is judged before the rest of the body (section 4).
+    key, secret = local_key
     path, body = body_for(operation, surprise=True)
     assert_error(post(client, path, body, secret), 400, "unknown_parameter", param="surprise")
+    assert_untouched(key, 100)
+
+
+def test_an_unknown_model_is_named_before_the_rest_of_the_body(client, operation, free_key):
+    """Section 4: a model the gateway does not serve is what the client learns first, whatever else the body
+    holds (an agent CLI's default model name with members the endpoint refuses)."""
+    key, secret = free_key
+    path, body = body_for(operation, model="claude-sonnet-4-6-unknown", surprise=True, stream="yes")
+    assert_error(post(client, path, body, secret), 404, "model_not_found", param="model")
+    assert_untouched(key, 100)
+
+
+def test_a_model_the_tier_may_not_use_is_refused_before_the_rest_of_the_body(client, free_key, seeded):
+    key, secret = free_key
+    path, body = body_for("image", surprise=True)
+    assert_error(post(client, path, body, secret), 403, "model_not_allowed", "permission_error", param="model")
     assert_untouched(key, 100)
 
 

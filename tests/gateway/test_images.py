@@ -80,8 +80,8 @@ def test_the_default_size_is_1024_square(client, seeded, local_key):
     ("style", "dreamy", "invalid_value"), ("prompt", "", "missing_field"), ("prompt", 5, "invalid_value"),
     ("user", 5, "invalid_value"),
 ])
-def test_invalid_members_are_refused_before_any_charge(client, seeded, free_key, member, value, code):
-    key, secret = free_key
+def test_invalid_members_are_refused_before_any_charge(client, seeded, local_key, member, value, code):
+    key, secret = local_key
     body = {"model": "local-image", "prompt": "a fox", member: value}
     assert_error(post(client, PATH, body, secret), 400, code, param=member)
     assert ApiKey.objects.get(pk=key.pk).credits == 100

@@ -75,15 +75,15 @@ def test_pcm_is_raw_16_bit_samples(client, seeded, local_key):
     ("voice", "", "invalid_value"), ("voice", 7, "invalid_value"), ("response_format", "ogg", "invalid_value"),
     ("speed", 0.2, "invalid_value"), ("speed", 4.5, "invalid_value"), ("speed", "fast", "invalid_value"),
 ])
-def test_invalid_speech_requests_are_refused(client, seeded, free_key, member, value, code):
-    key, secret = free_key
+def test_invalid_speech_requests_are_refused(client, seeded, local_key, member, value, code):
+    key, secret = local_key
     body = {"model": "local-speech", "input": "Hello", "voice": "alloy", member: value}
     assert_error(post(client, SPEECH, body, secret), 400, code, param=member)
     assert ApiKey.objects.get(pk=key.pk).credits == 100
 
 
-def test_voice_is_required(client, seeded, free_key):
-    _, secret = free_key
+def test_voice_is_required(client, seeded, local_key):
+    _, secret = local_key
     assert_error(post(client, SPEECH, {"model": "local-speech", "input": "Hello"}, secret), 400, "missing_field",
                  param="voice")
 

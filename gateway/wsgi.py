@@ -34,16 +34,22 @@ except ImproperlyConfigured as exc:
 
 import django  # noqa: E402
 from django.core.handlers.wsgi import WSGIHandler  # noqa: E402
-from django.test.utils import override_settings  # noqa: E402
 
 
 class ApiHandler(WSGIHandler):
     """Django's handler with settings.API_MIDDLEWARE as its chain: the JSON API's requests skip the
-    layers that only step aside there (issue 27: seven of twelve did nothing on /v1)."""
+    layers that only step aside there (seven of the site's twelve did nothing on /v1).
+
+    Django builds a handler's chain once, from settings.MIDDLEWARE, when the handler is made (at the
+    worker's start, before any request): the setting names the API's chain for that moment only."""
 
     def load_middleware(self, is_async=False):
-        with override_settings(MIDDLEWARE=settings.API_MIDDLEWARE):
+        site_chain = settings.MIDDLEWARE
+        settings.MIDDLEWARE = settings.API_MIDDLEWARE
+        try:
             super().load_middleware(is_async)
+        finally:
+            settings.MIDDLEWARE = site_chain
 
 
 class Application:

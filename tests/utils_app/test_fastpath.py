@@ -366,29 +366,6 @@ def test_a_round_trip_that_fails_midway_never_gives_its_connection_back(monkeypa
     cache.round_trip([("DEL", name)])
 
 
-def _finishing_receivers():
-    from django.core import signals
-
-    return [entry[1]() for entry in signals.request_finished.receivers]  # each a weak reference
-
-
-def test_closing_the_caches_after_each_request_is_skipped_only_when_every_close_does_nothing(settings):
-    from django.core import signals
-    from django.core.cache import close_caches
-
-    from utils_app.apps import skip_closing_caches_that_close_nothing
-
-    assert close_caches not in _finishing_receivers()  # the project's caches: Redis or local memory
-    try:
-        settings.CACHES = {**settings.CACHES, "sessions": {
-            "BACKEND": "django.core.cache.backends.memcached.PyMemcacheCache", "LOCATION": "127.0.0.1:11211"}}
-        signals.request_finished.connect(close_caches)
-        assert skip_closing_caches_that_close_nothing() is False  # memcached closes its connections: kept
-        assert close_caches in _finishing_receivers()
-    finally:
-        signals.request_finished.disconnect(close_caches)
-
-
 ROUND_TRIP_COMMANDS = [
     ("EVALSHA", "0" * 40, 3, ":1:w:key:7:60:29", ":1:w:key:7:3600:0", ":1:key-version", 2, 61, 3601, "9f" * 16),
     ("SET", ":1:health", 0, "EX", 30, "NX"),

@@ -334,7 +334,7 @@ class Stream:
 
 def relayed(pieces, *, claim: bool):
     settled = {}
-    meter = SimpleNamespace(claim=object() if claim else None, model=SimpleNamespace(model_id="m"), provider="p",
+    meter = SimpleNamespace(claim=object() if claim else None, model=SimpleNamespace(model_id="m"), model_name="m", provider="p",
                             deployment=None, settled=False, succeed=lambda **counts: settled.update(counts))
     relay = ChatRelay(meter=meter, upstream=Stream(pieces), include_usage=False, messages=HELLO)
     return relay, settled

@@ -36,7 +36,9 @@ change applied), served with this tree's virtualenv, each with its own database 
 `,NAME=VALUE` after it adds environment variables for that gateway (`.` is the working tree), e.g.
 `--source BASE . .,ACCESS_LOG=/dev/null`. The provider types side by side:
 `--catalog bench/catalog_types.toml --models bench-chat bench-chat-azure bench-chat-gemini
-bench-chat-anthropic` (each model a row of its own, answered by nginx in its type's protocol). Gateways run with the production settings: no access line
+bench-chat-anthropic` (each model a row of its own, answered by nginx in its type's protocol). Token
+prices against prices per request, in one run: `--catalog bench/catalog_priced.toml --models bench-chat
+bench-chat-priced` (the same upstream and answer; docs/pricing.md). Gateways run with the production settings: no access line
 unless a `,ACCESS_LOG=` names one (the summary line is the access line). `,BENCH_SOCKETS=unix` is
 the bench's own: that gateway reaches the private PostgreSQL and Redis through their Unix sockets,
 as docs/operations.md recommends for servers on the gateway's machine (127.0.0.1 otherwise).

@@ -13,6 +13,7 @@ refused before the charge costs nothing. gateway.metering holds the two
 statements and why they cannot lose a credit.
 """
 import base64
+import functools
 import json
 import logging
 import re
@@ -20,6 +21,7 @@ import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, transaction
@@ -32,11 +34,13 @@ from gateway.metering import Idempotency
 from gateway.notes import notes_of
 from gateway.upstream.shapes import ChunkStream, content_text, prompt_text
 from gateway.upstream.transport import Deadline
+from keys import auth_cache
 from keys.models import ApiKey
+from keys.pricing import TokenPrices
 from models_catalog import catalog
 from models_catalog.models import AiModel, Deployment
+from utils_app import clock, metrics
 from utils_app import logging as request_log
-from utils_app import metrics
 from utils_app.errors import (
     AccessDenied,
     GatewayError,
@@ -74,14 +78,22 @@ class Meter:
     """One admitted request: its pending charge, its attempts over the model's pool, and the settlement."""
 
     def __init__(self, *, key: ApiKey, model: AiModel, operation: str, entry: int, limit_headers: dict,
-                 attempts: routing.Attempts, claim: Idempotency | None, amount: int):
+                 attempts: routing.Attempts, claim: Idempotency | None, amount: int,
+                 prices: TokenPrices | None = None):
         self.key = key
         self.model = model
         # The name the client sent for the model (its id or an alias): what the answer names it.
         self.model_name = model.model_id
         self.operation = operation
         self.entry = entry
+        # What the charge held: the model's cost, or for a token-priced model (``prices``) the most the
+        # request can cost (CONTRACT section 12). ``price()`` sets what the settlement keeps of it.
         self.amount = amount
+        self.prices = prices
+        self.charged: int | None = None  # credits the settlement keeps, once the price is known
+        self.give = 0  # what of the hold goes back to the key
+        self.uncovered = 0  # what the price passed the hold by: written on the ledger row, never taken
+        self.tokens = 0  # the request's input and output tokens, for the key's tpm
         # The request's summary line (utils_app.logging), None outside a served request.
         self.line = request_log.current()
         self.limit_headers = limit_headers
@@ -101,9 +113,34 @@ class Meter:
     def provider(self) -> str:
         return self.deployment.provider.name if self.deployment else ""
 
+    def price(self, *, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> int:
+        """The credits this request is charged, from the tokens the ledger keeps (the upstream's usage, else
+        the gateway's count): an answer built before the settlement shows them, and the settlement keeps
+        them. A per-request model costs what it held; a token-priced one its price, up to the hold."""
+        price = self.amount if self.prices is None else self.prices.price(
+            input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached_tokens)
+        self.charged = min(price, self.amount)
+        self.give, self.uncovered = self.amount - self.charged, max(0, price - self.amount)
+        self.tokens = input_tokens + output_tokens
+        return self.charged
+
+    def balance(self) -> int:
+        """The key's balance once the request is settled: after the hold, plus what its price gives back
+        (never above maxCredits); after a refund, what the refund left."""
+        if not self.give:
+            return self.key.credits
+        return min(self.key.credits + self.give, max(self.key.max_credits, self.key.credits))
+
     def headers(self) -> dict:
-        # key.credits follows the charge and any refund.
-        headers = {"X-Remaining-Credits": str(self.key.credits), **self.limit_headers}
+        # key.credits follows the charge and any refund; an answer whose price is known shows the balance
+        # its settlement leaves and what it was charged (a stream's headers leave before: after the hold).
+        headers = {"X-Remaining-Credits": str(self.balance()), **self.limit_headers}
+        if self.charged is not None:
+            headers["X-Credits-Charged"] = str(self.charged)
+        if self.key.tpm is not None:
+            used = self.key.tpm_used if self.key.tpm_minute == metering.minute_of(clock.now()) else 0
+            headers["X-RateLimit-Limit-Tokens"] = str(self.key.tpm)
+            headers["X-RateLimit-Remaining-Tokens"] = str(max(0, self.key.tpm - used - self.tokens))
         if self.ignored:
             headers["X-Gateway-Ignored"] = ", ".join(self.ignored)
         return headers
@@ -177,13 +214,15 @@ class Meter:
         self.settled = True
         input_tokens, output_tokens = metering.clamp_tokens(input_tokens), metering.clamp_tokens(output_tokens)
         cached_tokens = min(metering.clamp_tokens(cached_tokens), input_tokens)  # part of the input, never more
+        # The answer showed this price when it was built from the same counts; a stream learns it here.
+        self.price(input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached_tokens)
         if status != 200 and self.line is not None:
             self.line.status = status  # a stream that ended early: its summary says how
 
         def settle() -> None:
             if self._complete(input_tokens, output_tokens, cached_tokens, answer, status=status,
                               success=upstream_success, also=also):
-                self._count_success(input_tokens, output_tokens)
+                self._count_success(input_tokens, output_tokens, cached_tokens)
 
         self._settle(settle, what=f"completion of charge {self.entry} of key {self.key.prefix}")
         sweeper.maybe_sweep()
@@ -208,7 +247,8 @@ class Meter:
         settle = dict(entry=self.entry, key=self.key, model=self.model, operation=self.operation,
                       provider=self.provider, deployment=self.deployment.pk if self.deployment else None,
                       input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached_tokens,
-                      latency_ms=self.latency_ms(), status=status, success=success, also=also)
+                      latency_ms=self.latency_ms(), status=status, success=success, also=also, give=self.give,
+                      uncovered=self.uncovered)
         if self.claim is None:
             return metering.complete(**settle)
         with transaction.atomic():
@@ -220,11 +260,15 @@ class Meter:
                 idempotency.note_cut_by_client(entry=self.entry)
         return completed
 
-    def _count_success(self, input_tokens: int, output_tokens: int) -> None:
-        metrics.settled(model=self.model.model_id, credits=self.amount, input_tokens=input_tokens,
-                        output_tokens=output_tokens)
+    def _count_success(self, input_tokens: int, output_tokens: int, cached_tokens: int) -> None:
+        charged = self.charged if self.charged is not None else self.amount
+        metrics.settled(model=self.model.model_id, credits=charged, input_tokens=input_tokens,
+                        output_tokens=output_tokens, cached_tokens=cached_tokens, given_back=self.give,
+                        uncovered=self.uncovered)
+        if self.give:  # what a refusal before this key's next charge reports
+            auth_cache.note_credits(self.key.digest, self.balance())
         if self.line is not None:
-            self.line.credits, self.line.input_tokens, self.line.output_tokens = (self.amount, input_tokens,
+            self.line.credits, self.line.input_tokens, self.line.output_tokens = (charged, input_tokens,
                                                                                   output_tokens)
 
     def fail(self, error: Exception) -> None:
@@ -232,6 +276,7 @@ class Meter:
         if self.settled:
             return
         self.settled = True
+        self.charged, self.give, self.uncovered, self.tokens = None, 0, 0, 0  # the whole hold goes back
         status = error.status if isinstance(error, GatewayError) else 500
         if self.line is not None:
             self.line.status = status  # a stream already answered 200: its summary says how it ended
@@ -308,38 +353,78 @@ def resolve_model(*, key: ApiKey, operation: str, model_id: str) -> AiModel:
     return model
 
 
-def admit(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1, record_as: str | None = None) -> Meter:
+def token_prices(model: AiModel, *, units: int = 1) -> TokenPrices | None:
+    """A chat or embedding model's token prices with its request fee (``cost`` per choice), or None for a
+    model priced by its cost alone (images and speech always are; embeddings price input only)."""
+    if model.type not in ("chat", "embedding") or (model.pricing_input is None and model.pricing_output is None):
+        return None
+    return _prices(model.cost * units, model.pricing_input or 0, model.pricing_cached_input,
+                   model.pricing_output if model.type == "chat" else 0)
+
+
+@functools.lru_cache(maxsize=256)
+def _prices(fee: int, input: Decimal | int, cached_input: Decimal | None, output: Decimal | int | None) -> TokenPrices:
+    # The catalog has a few sets of terms; each is made once, not per request.
+    return TokenPrices.of(request_fee=fee, input=input, cached_input=cached_input, output=output)
+
+
+@dataclass(frozen=True)
+class Hold:
+    """What a token-priced request may use, for its hold: the gateway's count of its input (counted only for
+    such a model) and the output cap the request named (max_tokens and its kin), if any."""
+
+    input_tokens: Callable[[], int]
+    output_cap: int | None = None
+
+
+def held_amount(model: AiModel, prices: TokenPrices, hold: Hold | None, *, units: int = 1) -> int:
+    """The most a token-priced request can cost: its fee, its counted input and its output cap (the cap it
+    named, never above the model's max_output_tokens; the model's when it named none) for each choice."""
+    if hold is None:
+        return prices.price(input_tokens=0, output_tokens=0)
+    cap = 0
+    if model.type == "chat":
+        caps = [most for most in (hold.output_cap, model.max_output_tokens) if most]
+        cap = min(caps) if caps else 0
+    return prices.price(input_tokens=hold.input_tokens(), output_tokens=cap * units)
+
+
+def admit(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1, record_as: str | None = None,
+          hold: Hold | None = None) -> Meter:
     """Resolve the model, check the tier, take the credits: in the contract's order. ``operation`` is the
     model type the request needs; ``record_as`` the operation its ledger and usage rows name, when it is
-    another (the Responses API's ``responses``, the Gemini ingress's ``gemini``)."""
+    another (the Responses API's ``responses``, the Gemini ingress's ``gemini``). ``hold``: what the
+    request may use, should its model be priced by the token."""
     model = resolve_model(key=key, operation=operation, model_id=model_id)
     operation = record_as or operation
     claim = idempotency.from_request(request)
-    amount = model.cost * units
+    prices = token_prices(model, units=units)
+    amount = model.cost * units if prices is None else held_amount(model, prices, hold, units=units)
     # Looked up once for the charge and the release. Without an Idempotency-Key the charge is one statement
     # alone, for which a context without a wrapper of its own need not build one (utils_app.db).
     db = statements_wrapper() if claim is None else connections[DEFAULT_DB_ALIAS]
     entry = metering.charge(key=key, model=model, operation=operation, amount=amount,
-                            request_id=request_id(request), idempotency=claim, db=db)
+                            request_id=request_id(request), idempotency=claim, db=db, prices=prices)
     release_connection(db)  # the upstream call needs no database
     # The key's windows and the pool's health as the request's limits round trip read them (gateway.views).
     notes = notes_of(request)
     meter = Meter(key=key, model=model, operation=operation, entry=entry,
                  limit_headers=notes.limit_headers(), attempts=routing.Attempts(model, notes.health),
-                 claim=claim, amount=amount)
+                 claim=claim, amount=amount, prices=prices)
     meter.model_name = model_id
     return meter
 
 
 @contextmanager
 def metered(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1,
-            record_as: str | None = None) -> Iterator[Meter]:
+            record_as: str | None = None, hold: Hold | None = None) -> Iterator[Meter]:
     """Admit the request; if anything fails inside the block, refund and record the failure.
 
     The block must call ``meter.succeed()`` once its answer is ready, or hand the
     meter to something that will (a stream does it when it ends).
     """
-    meter = admit(request=request, key=key, operation=operation, model_id=model_id, units=units, record_as=record_as)
+    meter = admit(request=request, key=key, operation=operation, model_id=model_id, units=units, record_as=record_as,
+                  hold=hold)
     try:
         yield meter
     except Exception as exc:
@@ -366,11 +451,14 @@ def cached_tokens(usage: dict) -> int:
     return _token_count(details, "cached_tokens", lambda: 0) if isinstance(details, dict) else 0
 
 
-def metered_usage(usage: dict, *, input_tokens: int, output_tokens: int, cached: int) -> dict:
+def metered_usage(usage: dict, *, input_tokens: int, output_tokens: int, cached: int, cost: int | None = None) -> dict:
     """OpenAI's usage object of an answer or a stream's usage chunk, showing the counts the ledger keeps
-    (clamped, or estimated where the upstream's could not be used) instead of the upstream's."""
+    (clamped, or estimated where the upstream's could not be used) instead of the upstream's, and for a
+    token-priced model ``cost``, the credits charged (CONTRACT section 12)."""
     shown = {**usage, "prompt_tokens": input_tokens, "completion_tokens": output_tokens,
              "total_tokens": input_tokens + output_tokens}
+    if cost is not None:
+        shown["cost"] = cost
     for name, part, most in (("prompt_tokens_details", "cached_tokens", cached),
                              ("completion_tokens_details", "reasoning_tokens", output_tokens)):
         details = usage.get(name)
@@ -435,8 +523,9 @@ def chat_completion(*, request, key: ApiKey, params: dict, dialect: ChatDialect 
     """POST /v1/chat/completions (and /v1/messages, through its dialect): a completion, or an event stream
     when ``stream`` is true. ``params`` are OpenAI's, validated."""
     dialect = dialect or ChatDialect()
+    hold = Hold(input_tokens=lambda: prompt_tokens_held(params), output_cap=output_cap(params))
     with metered(request=request, key=key, operation="chat", model_id=params["model"],
-                 units=params.get("n") or 1, record_as=dialect.records_as) as meter:
+                 units=params.get("n") or 1, record_as=dialect.records_as, hold=hold) as meter:
         dialect.admitted(meter)
         payload = dict(params)
         if params.get("stream"):
@@ -455,11 +544,37 @@ def chat_completion(*, request, key: ApiKey, params: dict, dialect: ChatDialect 
         input_tokens = _token_count(usage, "prompt_tokens", lambda: count_tokens(prompt_text(params["messages"])))
         output_tokens = _token_count(usage, "completion_tokens", lambda: count_tokens(reply))
         cached = min(cached_tokens(usage), input_tokens)  # part of the input, as the ledger keeps it
+        cost = meter.price(input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached)
+        if meter.prices is not None:
+            # What it cost, in the usage the answer shows (a dialect of another API copies it into its own).
+            completion["usage"] = {**(usage if isinstance(usage, dict) else {}), "cost": cost}
         outcome = Outcome(headers=meter.headers(), body=dialect.answer(
             completion, input_tokens=input_tokens, output_tokens=output_tokens, cached=cached))
         meter.succeed(input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached, answer=outcome,
                       also=dialect.kept())
     return outcome
+
+
+# Tokens an upstream bills beyond each message's text (its role and separators) and for priming the reply
+# (OpenAI's published accounting: 3 and 3). Counted into a hold, never into usage (docs/pricing.md).
+MESSAGE_OVERHEAD, REPLY_OVERHEAD = 3, 3
+_OUTPUT_CAPS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
+
+
+def prompt_tokens_held(params: dict) -> int:
+    """The input a chat request is held for: the gateway's count of its messages and tools, with the
+    tokens an upstream adds around each message."""
+    messages, tools = params["messages"], params.get("tools")
+    return (count_tokens(prompt_text(messages)) + (count_tokens(json.dumps(tools)) if tools else 0)
+            + MESSAGE_OVERHEAD * len(messages) + REPLY_OVERHEAD)
+
+
+def output_cap(params: dict) -> int | None:
+    """The output cap a chat request names (OpenAI's max_completion_tokens or max_tokens, the Responses
+    API's max_output_tokens: the least of those given), None when it names none."""
+    caps = [value for value in (params.get(name) for name in _OUTPUT_CAPS)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0]
+    return min(caps) if caps else None
 
 
 def estimate_chat_tokens(*, key: ApiKey, params: dict) -> int:
@@ -627,7 +742,9 @@ class ChatRelay:
 
     def _metered(self, usage: dict) -> dict:
         input_tokens, output_tokens, cached = self._counts(usage)
-        return metered_usage(usage, input_tokens=input_tokens, output_tokens=output_tokens, cached=cached)
+        cost = self._meter.price(input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached)
+        return metered_usage(usage, input_tokens=input_tokens, output_tokens=output_tokens, cached=cached,
+                             cost=cost if self._meter.prices is not None else None)
 
     def _settle(self, *, status: int = 200, complete: bool = True) -> None:
         """Charge the stream: ``complete`` when the upstream finished it, else ``status`` says how it ended."""
@@ -670,9 +787,11 @@ def generate_images(*, request, key: ApiKey, params: dict, sent: set) -> Outcome
             if image.revised_prompt:
                 item["revised_prompt"] = image.revised_prompt
             data.append(item)
-        result = {"created": int(time.time()), "data": data, "remaining_credits": key.credits}
+        prompt_tokens = count_tokens(params["prompt"])
+        meter.price(input_tokens=prompt_tokens, output_tokens=0)  # cost * n: what X-Credits-Charged says
+        result = {"created": int(time.time()), "data": data, "remaining_credits": meter.balance()}
         outcome = Outcome(headers=meter.headers(), body=serializers.ImageGenerationResult(result).data)
-        meter.succeed(input_tokens=count_tokens(params["prompt"]), output_tokens=0, answer=outcome)
+        meter.succeed(input_tokens=prompt_tokens, output_tokens=0, answer=outcome)
     return outcome
 
 
@@ -683,6 +802,8 @@ def synthesize_speech(*, request, key: ApiKey, params: dict, sent: set, raw: boo
     with metered(request=request, key=key, operation="speech", model_id=params["model"]) as meter:
         payload = _forwarded(params, sent)
         audio = meter.call(lambda client: client.speech(payload))
+        input_tokens = count_tokens(params["input"])
+        meter.price(input_tokens=input_tokens, output_tokens=0)  # its cost: what X-Credits-Charged says
         if raw:
             outcome = Outcome(headers=meter.headers(), content=audio.content, content_type=audio.content_type)
         else:
@@ -690,9 +811,9 @@ def synthesize_speech(*, request, key: ApiKey, params: dict, sent: set, raw: boo
             result = {"object": "audio.speech", "model": meter.model_name,
                       "audio_url": media.url_for(name, request=request), "format": audio.format,
                       "content_type": audio.content_type, "created": int(time.time()),
-                      "remaining_credits": key.credits}
+                      "remaining_credits": meter.balance()}
             outcome = Outcome(headers=meter.headers(), body=serializers.SpeechResult(result).data)
-        meter.succeed(input_tokens=count_tokens(params["input"]), output_tokens=0, answer=outcome)
+        meter.succeed(input_tokens=input_tokens, output_tokens=0, answer=outcome)
     return outcome
 
 
@@ -701,7 +822,8 @@ def synthesize_speech(*, request, key: ApiKey, params: dict, sent: set, raw: boo
 def create_embeddings(*, request, key: ApiKey, params: dict, sent: set) -> Outcome:
     """POST /v1/embeddings: OpenAI's list shape plus the SPEC's ``embedding`` and ``remaining_credits``."""
     texts = params["input"] if isinstance(params["input"], list) else [params["input"]]
-    with metered(request=request, key=key, operation="embedding", model_id=params["model"]) as meter:
+    hold = Hold(input_tokens=lambda: sum(count_tokens(text) for text in texts))
+    with metered(request=request, key=key, operation="embedding", model_id=params["model"], hold=hold) as meter:
         payload = _forwarded(params, sent)
         result = meter.call(lambda client: client.embeddings(payload))
         data = sorted(result.get("data") or [], key=lambda item: item.get("index", 0))
@@ -711,11 +833,14 @@ def create_embeddings(*, request, key: ApiKey, params: dict, sent: set) -> Outco
         tokens = _token_count(result.get("usage") or {}, "prompt_tokens",
                               lambda: sum(count_tokens(text) for text in texts))
         vectors = [item["embedding"] for item in data]
+        cost = meter.price(input_tokens=tokens, output_tokens=0)
+        usage: dict[str, int] = {"prompt_tokens": tokens, "total_tokens": tokens}
+        if meter.prices is not None:
+            usage["cost"] = cost
         outcome = Outcome(headers=meter.headers(), body={
-            "object": "list", "data": data, "model": meter.model_name,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            "object": "list", "data": data, "model": meter.model_name, "usage": usage,
             "embedding": vectors[0] if isinstance(params["input"], str) else vectors,
-            "remaining_credits": key.credits,
+            "remaining_credits": meter.balance(),
         })
         meter.succeed(input_tokens=tokens, output_tokens=0, answer=outcome)
     return outcome

@@ -26,6 +26,14 @@ def public_base_url(request) -> str:
     return settings.PUBLIC_BASE_URL or request.build_absolute_uri("/").rstrip("/")
 
 
+def token_prices(model) -> list[tuple[str, str]]:
+    """The model's token prices as the page writes them: (kind, credits per million tokens), none when unpriced."""
+    prices = [("in", model.pricing_input), ("cached", model.pricing_cached_input), ("out", model.pricing_output)]
+    if model.pricing_input is None:
+        return []
+    return [(kind, f"{price.normalize():,f}") for kind, price in prices if price is not None]
+
+
 def landing_context(request) -> dict:
     """The catalog as the landing page shows it, read from the in-memory snapshot (no query when warm)."""
     models = sorted(snapshot().models.values(),
@@ -41,7 +49,9 @@ def landing_context(request) -> dict:
         "tiers": TIERS,
         "models": [{"id": model.model_id, "type": model.type, "owned_by": model.owned_by, "cost": model.cost,
                     "per_image": model.type == "image", "configured": configured[model.model_id],
+                    "prices": token_prices(model), "aliases": model.aliases or [],
                     "access": [model.allows_tier(tier) for tier in TIERS]} for model in models],
+        "some_priced": any(model.pricing_input is not None for model in models),
         "tier_notes": [{"name": tier, "description": TIER_DESCRIPTIONS[tier],
                         "models": sum(model.allows_tier(tier) for model in models)} for tier in TIERS],
         "some_unconfigured": not all(configured.values()),

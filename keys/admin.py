@@ -18,6 +18,7 @@ from keys import ledger
 from keys.forms import AddCreditsForm, ApiKeyChangeForm, ChangeTierForm, IssueKeyForm, RefillForm
 from keys.models import SECRET_PREFIX, ApiKey, AuditLog, LedgerEntry, digest_secret
 from keys.services import set_active, update_key
+from utils_app import clock
 from utils_app.admin import ReadOnlyAdmin
 from utils_app.errors import InvalidRequest
 
@@ -108,6 +109,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
                            ("created_at", "last_used_at"))}),
         ("Tier, credits and limits", {"fields": ("tier", ("credits", "max_credits"), ("rpm", "rph"),
                                                  "max_concurrent")}),
+        ("Budget and tokens", {"fields": (("budget_credits", "budget_period"), "tpm")}),
         ("Owner", {"fields": ("owner_platform_id", "owner_platform_username", "owner_platform_img",
                               "owner_category")}),
     )
@@ -219,6 +221,8 @@ class ApiKeyAdmin(admin.ModelAdmin):
         (models_catalog/admin.py adds the usage panel), since keys may not import it."""
         return {
             "audit_url": reverse("admin:keys_auditlog_changelist") + f"?key={key.pk}",
+            # Judged by the clock the charge statement reads, so the page agrees with the next 402.
+            "budget": key.budget_state(clock.utcnow()),
             "ledger": ledger.for_key(key),
             "ledger_url": reverse("admin:keys_ledgerentry_changelist") + f"?key={key.pk}",
             "can_change": self.has_change_permission(request, key),

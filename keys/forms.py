@@ -21,7 +21,7 @@ def _verbose_name(field: str) -> str:
 
 def _range(field: str) -> str:
     least, most = RANGES[field]
-    return f"({least}–{most})"
+    return f"({least}–{most:,})" if most is not None and most >= 10**6 else f"({least}–{most})"
 
 
 class KeyForm(forms.ModelForm):
@@ -31,11 +31,16 @@ class KeyForm(forms.ModelForm):
         model = ApiKey
         fields = CONFIG_FIELDS
         # The SPEC's spelling, which the default label (the capitalised verbose name) would spoil.
-        labels = {field: _verbose_name(field) for field in ("max_credits", "rpm", "rph", "max_concurrent")}
+        labels = {**{field: _verbose_name(field) for field in ("max_credits", "rpm", "rph", "max_concurrent", "tpm")},
+                  "budget_credits": "Budget", "budget_period": "Budget period"}
         help_texts = {"max_credits": "Credit ceiling, and what a refill restores.",
                       "rpm": f"Requests per minute {_range('rpm')}.",
                       "rph": f"Requests per hour {_range('rph')}.",
-                      "max_concurrent": f"Requests in flight at once, streams included {_range('max_concurrent')}."}
+                      "max_concurrent": f"Requests in flight at once, streams included {_range('max_concurrent')}.",
+                      "budget_credits": ("The most the key may be charged per period, holds included (1 or more; "
+                                         "empty: no budget). A refill does not renew it: a new period does."),
+                      "budget_period": "UTC calendar day, week (from Monday) or month; none with an empty budget.",
+                      "tpm": f"Tokens per minute, input plus output {_range('tpm')}; empty: no limit."}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

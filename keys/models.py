@@ -1,5 +1,7 @@
 import hashlib
 import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, cast
 
 from django.db import models
@@ -33,14 +35,21 @@ TIER_DESCRIPTIONS = {
 # fields' own (ApiKey.new).
 
 # (least, most) of each number of a key; most None: no ceiling but the column's own (a bigint).
+# The last two may also be empty (None): no budget, no token limit (OPTIONAL_NUMBERS).
 RANGES = {
     "credits": (0, None),
     "max_credits": (0, None),
     "rpm": (1, 1000),
     "rph": (1, 10000),
     "max_concurrent": (1, 1000),
+    "budget_credits": (1, None),
+    "tpm": (1, 1_000_000_000),
 }
+OPTIONAL_NUMBERS = ("budget_credits", "tpm")
 BIGINT_MAX = models.BigIntegerField.MAX_BIGINT
+# A budget's periods: UTC calendar days, weeks from Monday, months. A budget has both its credits and
+# its period, or neither.
+BUDGET_PERIODS = ("day", "week", "month")
 
 SECRET_PREFIX = "sk-"
 DISPLAY_PREFIX_LENGTH = 10  # "sk-" plus 7 characters: enough to tell keys apart, useless to an attacker
@@ -54,9 +63,38 @@ def bounds(field: str) -> tuple[int, int]:
 
 def _in_range(field: str) -> Q:
     least, most = RANGES[field]
-    if most is None:
-        return Q(**{f"{field}__gte": least})
-    return Q(**{f"{field}__gte": least, f"{field}__lte": most})
+    rule = Q(**{f"{field}__gte": least}) if most is None else Q(**{f"{field}__gte": least, f"{field}__lte": most})
+    return Q(**{f"{field}__isnull": True}) | rule if field in OPTIONAL_NUMBERS else rule
+
+
+def budget_bounds(period: str, now: datetime) -> tuple[datetime, datetime]:
+    """(start, end) of the UTC calendar ``period`` (one of BUDGET_PERIODS) that ``now`` falls in.
+
+    The charge statement opens a new period by itself when the stored start is older than this start,
+    so these bounds are all a budget needs: no job resets it.
+    """
+    day = now.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "day":
+        return day, day + timedelta(days=1)
+    if period == "week":
+        start = day - timedelta(days=day.weekday())
+        return start, start + timedelta(days=7)
+    if period == "month":
+        start = day.replace(day=1)
+        return start, (start + timedelta(days=32)).replace(day=1)
+    raise ValueError(f"unknown budget period {period!r}")
+
+
+@dataclass(frozen=True)
+class BudgetState:
+    """A key's budget in one period: what it may spend, has spent and has left, and when the period ends."""
+
+    credits: int
+    period: str
+    spent: int
+    left: int
+    start: datetime
+    end: datetime
 
 
 class KeyRuleError(InvalidRequest):
@@ -90,7 +128,8 @@ OWNER_FIELDS = {
 }
 # What configuring a key may change (the admin API's update, the staff edit page); the rest
 # of a key is set when it is issued or by the service itself.
-CONFIG_FIELDS = ("tier", "credits", "max_credits", "rpm", "rph", "max_concurrent", *OWNER_FIELDS.values())
+CONFIG_FIELDS = ("tier", "credits", "max_credits", "rpm", "rph", "max_concurrent", *OWNER_FIELDS.values(),
+                 "budget_credits", "budget_period", "tpm")
 
 
 class ApiKeyQuerySet(models.QuerySet):
@@ -135,7 +174,7 @@ class ApiKey(models.Model):
     budget_credits = models.BigIntegerField(null=True, blank=True, help_text="Credits the key may be charged per "
                                                                              "budget period (empty: no budget).")
     budget_period = models.CharField(max_length=8, blank=True, default="",
-                                     choices=[("", "none"), ("day", "day"), ("week", "week"), ("month", "month")])
+                                     choices=[("", "none"), *((period, period) for period in BUDGET_PERIODS)])
     budget_spent = models.BigIntegerField(default=0, db_default=0, editable=False)
     budget_period_start = models.DateTimeField(null=True, blank=True, editable=False)
     tpm = models.PositiveIntegerField(null=True, blank=True,
@@ -166,6 +205,11 @@ class ApiKey(models.Model):
             models.CheckConstraint(condition=_in_range("max_concurrent"), name="apikey_max_concurrent_range"),
             models.CheckConstraint(condition=Q(credits__lte=models.F("max_credits")),
                                    name="apikey_credits_within_max"),
+            models.CheckConstraint(condition=_in_range("budget_credits"), name="apikey_budget_credits_range"),
+            models.CheckConstraint(condition=_in_range("tpm"), name="apikey_tpm_range"),
+            models.CheckConstraint(condition=Q(budget_credits__isnull=True, budget_period="")
+                                   | Q(budget_credits__isnull=False, budget_period__in=BUDGET_PERIODS),
+                                   name="apikey_budget_whole"),
         ]
 
     @classmethod
@@ -187,6 +231,8 @@ class ApiKey(models.Model):
             raise KeyRuleError("tier", f"tier must be one of: {', '.join(TIERS)}.")
         for field, (least, most) in RANGES.items():
             value, name = getattr(self, field), column(field).verbose_name
+            if value is None and field in OPTIONAL_NUMBERS:
+                continue
             if most is not None and not least <= value <= most:
                 raise KeyRuleError(field, f"{name} must be between {least} and {most}.")
             if value < least:
@@ -195,6 +241,12 @@ class ApiKey(models.Model):
                 raise KeyRuleError(field, f"{name} must be at most {BIGINT_MAX}.")
         if self.credits > self.max_credits:
             raise KeyRuleError("credits", f"credits ({self.credits}) may not exceed maxCredits ({self.max_credits}).")
+        if self.budget_period not in ("", *BUDGET_PERIODS):
+            raise KeyRuleError("budget_period", f"budget period must be one of: {', '.join(BUDGET_PERIODS)}.")
+        if self.budget_credits is not None and not self.budget_period:
+            raise KeyRuleError("budget_period", "a budget needs its period: day, week or month.")
+        if self.budget_credits is None and self.budget_period:
+            raise KeyRuleError("budget_credits", "a budget period needs the budget's credits.")
         for field in ("name", *OWNER_FIELDS.values()):
             text = column(field)
             if text.max_length is not None and len(getattr(self, field)) > text.max_length:
@@ -202,6 +254,18 @@ class ApiKey(models.Model):
 
     def __str__(self):
         return f"{self.prefix}… ({self.tier})"
+
+    def budget_state(self, now: datetime) -> "BudgetState | None":
+        """What the key has spent of its budget in the period ``now`` falls in, and what is left; None
+        without a budget. budget_spent counts for the period that began at budget_period_start: a
+        row whose period has ended has spent nothing of the current one (the next charge opens it)."""
+        if self.budget_credits is None or self.budget_period not in BUDGET_PERIODS:
+            return None
+        start, end = budget_bounds(self.budget_period, now)
+        current = self.budget_period_start is not None and self.budget_period_start >= start
+        spent = self.budget_spent if current else 0
+        return BudgetState(credits=self.budget_credits, period=self.budget_period, spent=spent,
+                           left=max(0, self.budget_credits - spent), start=start, end=end)
 
     @property
     def is_authenticated(self) -> bool:

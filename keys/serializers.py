@@ -13,12 +13,14 @@ maxCredits) is ApiKey.check_rules'; its KeyRuleError names a model field, and
 naming_rule_errors turns that back into the member's dotted ``param`` through the same
 declared sources.
 """
+from collections.abc import Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from rest_framework import serializers
+from rest_framework.fields import empty
 
-from keys.models import TIERS, ApiKey, KeyRuleError, bounds, column
+from keys.models import BUDGET_PERIODS, TIERS, ApiKey, KeyRuleError, bounds, column
 from utils_app.serializers import (
     StrictBooleanField,
     StrictCharField,
@@ -33,7 +35,8 @@ SECRET_MAX_LENGTH = 200
 def _number(field: str, **kwargs) -> StrictIntegerField:
     """A member for one of a key's numbers, within the range the model states for ``field``."""
     least, most = bounds(field)
-    return StrictIntegerField(required=False, min_value=least, max_value=most, **kwargs)
+    kwargs.setdefault("required", False)
+    return StrictIntegerField(min_value=least, max_value=most, **kwargs)
 
 
 def _text(field: str, **kwargs) -> StrictCharField:
@@ -49,6 +52,25 @@ class OwnerSerializer(StrictSerializer):
     category = _text("owner_category", source="owner_category")
 
 
+class BudgetSerializer(StrictSerializer):
+    """The most the key may be charged per UTC calendar period (weeks from Monday), holds included."""
+
+    credits = _number("budget_credits", source="budget_credits", required=True,
+                      help_text="Credits per period.")
+    period = StrictChoiceField(choices=BUDGET_PERIODS, source="budget_period")
+
+    def run_validation(self, data=empty):
+        # null clears the budget: nothing here, ApiKeyConfigSerializer writes the cleared columns (its
+        # members' values are merged into the key's fields, and an empty budget is no value to merge).
+        if data is None:
+            return {}
+        return super().run_validation(data)
+
+
+# The members whose null means "clear it" (no budget, no token limit), and the fields that clearing sets.
+CLEARED_BY_NULL = {"budget": {"budget_credits": None, "budget_period": ""}, "tpm": {"tpm": None}}
+
+
 class ApiKeyConfigSerializer(StrictSerializer):
     """The SPEC's ApiKeyConfig; every member optional. Only the members sent end up in validated_data."""
 
@@ -61,6 +83,18 @@ class ApiKeyConfigSerializer(StrictSerializer):
                             help_text="Requests in flight at once, streams included.")
     # Its members are columns of the key itself, hence source "*".
     owner = OwnerSerializer(source="*", required=False, help_text="Merged member by member into the current owner.")
+    budget = BudgetSerializer(source="*", required=False, allow_null=True,
+                              help_text="Both members, or null to remove the budget.")
+    tpm = _number("tpm", allow_null=True, help_text="Tokens per minute, input plus output; null: no limit.")
+
+    def to_internal_value(self, data):
+        validated = super().to_internal_value(data)
+        # StrictSerializer reads null as "not given"; for these members it means "clear it".
+        if isinstance(data, Mapping):
+            for member, cleared in CLEARED_BY_NULL.items():
+                if member in data and data[member] is None:
+                    validated.update(cleared)
+        return validated
 
 
 class UpdateKeyRequest(StrictSerializer):
@@ -71,7 +105,8 @@ class UpdateKeyRequest(StrictSerializer):
 def _defaults() -> str:
     default = {field: column(field).default for field in ("tier", "credits", "rpm", "rph", "max_concurrent")}
     return (f"Defaults: tier {default['tier']}, credits {default['credits']}, maxCredits = credits, "
-            f"rpm {default['rpm']}, rph {default['rph']}, maxConcurrent {default['max_concurrent']}, empty owner.")
+            f"rpm {default['rpm']}, rph {default['rph']}, maxConcurrent {default['max_concurrent']}, empty owner, "
+            "no budget, no tpm.")
 
 
 class CreateKeyRequest(StrictSerializer):
@@ -119,6 +154,17 @@ class OwnerOut(serializers.Serializer):
     category = serializers.CharField()
 
 
+class BudgetOut(serializers.Serializer):
+    # Renders a key's budget, or null when it has none.
+    credits = serializers.IntegerField(source="budget_credits")
+    period = serializers.ChoiceField(choices=BUDGET_PERIODS, source="budget_period")
+
+    def to_representation(self, instance):
+        if instance.budget_credits is None:
+            return None
+        return super().to_representation(instance)
+
+
 class ApiKeyConfigOut(serializers.Serializer):
     # A key's ApiKeyConfig, with maxConcurrent (docs/admin-api.md); also what the audit log keeps.
     tier = serializers.CharField()
@@ -128,6 +174,8 @@ class ApiKeyConfigOut(serializers.Serializer):
     rph = serializers.IntegerField()
     maxConcurrent = serializers.IntegerField(source="max_concurrent")
     owner = OwnerOut()
+    budget = BudgetOut(source="*", allow_null=True, help_text="null: no budget.")
+    tpm = serializers.IntegerField(allow_null=True, help_text="Tokens per minute; null: no limit.")
 
 
 class ApiKeyRecordOut(serializers.Serializer):

@@ -9,6 +9,7 @@ import json
 import re
 from collections.abc import Callable
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any, cast
 
 from django import forms
@@ -33,8 +34,10 @@ from models_catalog.access import access_matrix, set_access
 from models_catalog.catalog import (
     CatalogError,
     check_model,
+    check_names,
     check_pool,
     check_provider,
+    names_in_use,
     save_pool,
     secret_env_allowed,
     sync_secrets,
@@ -67,7 +70,8 @@ class AuditedAdmin(admin.ModelAdmin):
     def _snapshot(self, obj) -> dict:
         data = model_to_dict(obj)
         data.pop("id", None)
-        return data
+        # A price is kept as its exact text ("0.5"), which JSON holds and a float would round.
+        return {name: f"{value.normalize():f}" if isinstance(value, Decimal) else value for name, value in data.items()}
 
     def has_delete_permission(self, request, obj=None):
         # Usage records and models point here: disable or repoint instead of deleting.
@@ -98,9 +102,11 @@ SMALL_MAX, INTEGER_MAX = 32767, 2147483647
 
 # ------------------------------------------------------------------ providers
 
-class SecretNamesField(forms.CharField):
-    """Several environment variable names in one text input, separated by commas or spaces; the catalog
-    file's list (["A", "B"]) is understood too, so one can be pasted from the other."""
+class NamesField(forms.CharField):
+    """Several names in one text input, separated by commas or spaces; the catalog file's list (["A", "B"]) is
+    understood too, so one can be pasted from the other."""
+
+    what = "names"
 
     def prepare_value(self, value):
         return ", ".join(value) if isinstance(value, list) else value
@@ -113,10 +119,16 @@ class SecretNamesField(forms.CharField):
             except ValueError:
                 names = None
             if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
-                raise forms.ValidationError("Enter variable names separated by commas, or a list such as "
+                raise forms.ValidationError(f"Enter {self.what} separated by commas, or a list such as "
                                             '["A", "B"].')
             return names
         return [name for name in re.split(r"[\s,]+", text) if name]
+
+
+class SecretNamesField(NamesField):
+    """The names of the environment variables that hold a provider's secrets."""
+
+    what = "variable names"
 
 
 class ProviderForm(CatalogRulesForm):
@@ -228,8 +240,15 @@ class ProviderAdmin(AuditedAdmin):
 
 # ------------------------------------------------------------------ models and their pools
 
+def _price_field(kind: str, help_text: str) -> forms.DecimalField:
+    # No bounds of its own: the catalog's checker states them (catalog.check_pricing), in its words.
+    return forms.DecimalField(required=False, label=f"{kind} price", help_text=help_text,
+                              widget=forms.NumberInput(attrs={"step": "any", "placeholder": "—"}))
+
+
 class AiModelForm(CatalogRulesForm):
-    catalog_fields = ("cost", "allowed_fails", "cooldown_seconds")
+    catalog_fields = ("cost", "allowed_fails", "cooldown_seconds", "pricing_input", "pricing_cached_input",
+                      "pricing_output", "max_output_tokens", "aliases")
 
     tiers = forms.MultipleChoiceField(choices=TIER_CHOICES, widget=forms.CheckboxSelectMultiple, required=False,
                                       label="Access", help_text="Tiers allowed to use the model.")
@@ -238,10 +257,22 @@ class AiModelForm(CatalogRulesForm):
                                        help_text=AiModel._meta.get_field("allowed_fails").help_text)
     cooldown_seconds = forms.IntegerField(max_value=INTEGER_MAX, initial=30,
                                           help_text=AiModel._meta.get_field("cooldown_seconds").help_text)
+    pricing_input = _price_field("Input", "Credits per million input tokens (chat and embedding models). Empty: "
+                                          "priced by the cost per request alone.")
+    pricing_cached_input = _price_field("Cached input", "Credits per million cached input tokens (chat models). "
+                                                        "Empty: the input price.")
+    pricing_output = _price_field("Output", "Credits per million output tokens, reasoning included (chat models).")
+    max_output_tokens = forms.IntegerField(required=False, max_value=INTEGER_MAX,
+                                           help_text="Chat models: the output cap a request that names none is "
+                                                     "held for; required with token prices.")
+    aliases = NamesField(max_length=2000, required=False,
+                         help_text="Other names the model answers to, separated by commas: exact names, none "
+                                   "another model's id or alias. The answer names the model as the client did.")
 
     class Meta:
         model = AiModel
-        fields = ("model_id", "type", "owned_by", "enabled", "cost", "routing", "allowed_fails", "cooldown_seconds",
+        fields = ("model_id", "type", "owned_by", "enabled", "cost", "pricing_input", "pricing_cached_input",
+                  "pricing_output", "max_output_tokens", "aliases", "routing", "allowed_fails", "cooldown_seconds",
                   "tiers")
 
     def clean_tiers(self):
@@ -250,7 +281,9 @@ class AiModelForm(CatalogRulesForm):
 
 
 # The catalog's names of a model's fields, where they differ from the form's.
-MODEL_FORM_FIELDS = {"id": "model_id", "access": "tiers"}
+MODEL_FORM_FIELDS = {"id": "model_id", "access": "tiers", "pricing": "pricing_input", "pricing.input": "pricing_input",
+                     "pricing.cached_input": "pricing_cached_input", "pricing.output": "pricing_output"}
+PRICE_FIELDS = {"input": "pricing_input", "cached_input": "pricing_cached_input", "output": "pricing_output"}
 
 
 class DeploymentForm(CatalogRulesForm):
@@ -316,11 +349,26 @@ class DeploymentFormSet(BaseInlineFormSet):
         forms_in_order = self.kept_forms()
         entry = {"id": fields.pop("model_id"), "access": fields.pop("tiers"), **fields,
                  "deployments": [form.entry() for form in forms_in_order]}
+        # The catalog file's form of the token prices: the prices set, under their names there.
+        pricing = {kind: getattr(model, name) for kind, name in PRICE_FIELDS.items() if getattr(model, name) is not None}
+        if pricing:
+            entry["pricing"] = pricing
+        if model.max_output_tokens is not None:
+            entry["max_output_tokens"] = model.max_output_tokens
+        if model.aliases:
+            entry["aliases"] = model.aliases
         types = {provider.name: provider.type for provider in Provider.objects.all()}
         try:
-            self.pool = check_model(entry, types, where=f"model {model.model_id!r}")["deployments"]
+            checked = check_model(entry, types, where=f"model {model.model_id!r}")
+            check_names([(checked["model_id"], checked["aliases"])],
+                        names_in_use(AiModel.objects.exclude(pk=model.pk) if model.pk else AiModel.objects.all()))
         except CatalogError as exc:
             self._place(exc, forms_in_order)
+            return
+        self.pool = checked["deployments"]
+        # What the checker made of them (an empty cached price is the input price) is what gets saved.
+        for name in ("pricing_input", "pricing_cached_input", "pricing_output", "max_output_tokens", "aliases"):
+            setattr(model, name, checked[name])
 
     def _place(self, exc: CatalogError, forms_in_order: list) -> None:
         row = re.search(r", deployment #(\d+)$", exc.where)
@@ -387,12 +435,14 @@ class AiModelAdmin(AuditedAdmin):
     form = AiModelForm
     audit_name = "model"
     inlines = [DeploymentInline]
-    list_display = ("model_id", "type", "cost", "enabled", "routing", "pool_summary", "configured",
-                    "access_summary")
+    list_display = ("model_id", "type", "cost", "token_prices", "alias_list", "enabled", "routing", "pool_summary",
+                    "configured", "access_summary")
     list_filter = ("type", "enabled")
-    search_fields = ("model_id", "owned_by")
+    search_fields = ("model_id", "owned_by", "aliases")
     fieldsets = (
-        (None, {"fields": ("model_id", "type", "owned_by", "enabled", "cost")}),
+        (None, {"fields": ("model_id", "aliases", "type", "owned_by", "enabled", "cost")}),
+        ("Token prices (credits per million tokens)", {"fields": (
+            ("pricing_input", "pricing_cached_input", "pricing_output"), "max_output_tokens")}),
         ("Routing", {"fields": ("routing", "allowed_fails", "cooldown_seconds")}),
         ("Access", {"fields": ("tiers",)}),
     )
@@ -408,6 +458,17 @@ class AiModelAdmin(AuditedAdmin):
     def configured(self, model):
         # False: no deployment of the model has its secret in this server's environment, so calls fail (502).
         return model.is_configured(model.deployments.all())
+
+    @admin.display(description="price per M tokens (in / cached / out)")
+    def token_prices(self, model):
+        if model.pricing_input is None:
+            return "—"
+        return " / ".join("—" if price is None else f"{price.normalize():f}" for price in
+                          (model.pricing_input, model.pricing_cached_input, model.pricing_output))
+
+    @admin.display(description="aliases")
+    def alias_list(self, model):
+        return ", ".join(model.aliases) if model.aliases else "—"
 
     @admin.display(description="tiers")
     def access_summary(self, model):

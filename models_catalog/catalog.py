@@ -12,6 +12,7 @@ other processes pick a change up within CATALOG_CACHE_SECONDS.
 import re
 import threading
 import tomllib
+from decimal import Decimal
 from typing import Any, cast
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,9 +69,10 @@ class CatalogError(ValueError):
 
 # ---------------------------------------------------------------- the rules
 
-PROVIDER_FIELDS = {"type", "base_url", "api_key_env", "api_key_envs", "timeout", "api_version", "max_tokens_default"}
+PROVIDER_FIELDS = {"type", "base_url", "api_key_env", "api_key_envs", "timeout", "api_version", "max_tokens_default",
+                   "responses_api"}
 MODEL_FIELDS = {"id", "type", "owned_by", "cost", "access", "enabled", "routing", "allowed_fails", "cooldown_seconds",
-                "provider", "upstream_model", "fallbacks", "deployments"}
+                "provider", "upstream_model", "fallbacks", "deployments", "pricing", "max_output_tokens", "aliases"}
 DEPLOYMENT_FIELDS = {"provider", "upstream_model", "priority", "weight", "rpm"}
 DEPLOYMENT_DEFAULTS = {"upstream_model": "", "priority": 1, "weight": 1, "rpm": 0}
 
@@ -161,8 +163,14 @@ def check_provider(name: str, entry: dict, *, where: str = "") -> dict:
     api_version = _value(entry, "api_version", str, where, required=False, default="").strip()
     max_tokens_default = _whole(entry, "max_tokens_default", where, default=Provider.max_tokens_default.field.default,
                                 minimum=1)
+    # Whether the upstream serves OpenAI's Responses API (CONTRACT section 9): an OpenAI-compatible server
+    # with chat completions only says false, and /v1/responses is then translated to chat for it.
+    if "responses_api" in entry and kind.name not in ("openai", "azure"):
+        raise CatalogError(f"is not used by a provider of type {kind.name}", where=where, field="responses_api")
+    responses_api = _value(entry, "responses_api", bool, where, required=False, default=True)
     return {"name": name, "type": kind.name, "base_url": base_url, "api_key_env": single, "api_key_envs": several,
-            "timeout": float(timeout), "api_version": api_version, "max_tokens_default": max_tokens_default}
+            "timeout": float(timeout), "api_version": api_version, "max_tokens_default": max_tokens_default,
+            "responses_api": responses_api}
 
 
 # One path segment of a model's name where the URL carries it (ProviderType.model_in_path): Google's model
@@ -234,6 +242,126 @@ def _cost(entry: dict, where: str) -> int:
     return cost
 
 
+# ---------------------------------------------------------------- token prices and aliases
+
+# Which token prices each model type may carry (credits per million tokens); image and speech models are
+# priced by their per-request cost alone. An embedding has no output and no cached input.
+PRICED_TOKENS = {"chat": ("input", "cached_input", "output"), "embedding": ("input",)}
+# The columns' shape (DecimalField(max_digits=18, decimal_places=6)): a price past it would fail in the database.
+PRICE_PLACES, PRICE_LIMIT = 6, Decimal(10) ** 12
+NAME_MAX_LENGTH = 120  # a model's id column, which an alias stands in for
+
+
+def _price(value: Any, where: str, field: str) -> Decimal:
+    """A TOML number (or a form's Decimal) as an exact Decimal: 2.5 stays 2.5, never 2.4999…"""
+    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
+        raise CatalogError(f"must be a number, got {value!r}", where=where, field=field)
+    price = Decimal(str(value)) if isinstance(value, float) else Decimal(value)
+    if not price.is_finite() or price < 0:
+        raise CatalogError(f"must be a number of 0 or more, got {value!r}", where=where, field=field)
+    if price >= PRICE_LIMIT:
+        raise CatalogError(f"must be less than {PRICE_LIMIT:,} credits per million tokens, got {value!r}",
+                           where=where, field=field)
+    if -cast(int, price.normalize().as_tuple().exponent) > PRICE_PLACES:
+        raise CatalogError(f"may have at most {PRICE_PLACES} decimal places, got {value!r}", where=where, field=field)
+    return price
+
+
+def check_pricing(entry: dict, model_type: str, where: str) -> dict:
+    """A model's ``pricing`` and ``max_output_tokens`` checked: the AiModel columns they fill (None: unpriced)."""
+    pricing = _value(entry, "pricing", dict, where, required=False, default=None)
+    cap = _value(entry, "max_output_tokens", int, where, required=False, default=None)
+    columns: dict[str, Any] = {"pricing_input": None, "pricing_cached_input": None, "pricing_output": None,
+                               "max_output_tokens": cap}
+    if cap is not None:
+        if model_type != "chat":
+            raise CatalogError(f"is for chat models only, not {model_type}", where=where, field="max_output_tokens")
+        if not 1 <= cap <= LARGE:
+            raise CatalogError(f"must be between 1 and {LARGE}, got {cap}", where=where, field="max_output_tokens")
+    if pricing is None:
+        return columns
+    kinds = PRICED_TOKENS.get(model_type)
+    if kinds is None:
+        raise CatalogError(f"{model_type} models are priced by their cost per request alone", where=where,
+                           field="pricing")
+    extra = set(pricing) - set(kinds)
+    if extra:
+        only = "input only" if kinds == ("input",) else "input, cached_input and output"
+        raise CatalogError(f"{model_type} models price {only}; unknown or not allowed: {', '.join(sorted(extra))}",
+                           where=where, field="pricing")
+    for required in ("input", "output") if "output" in kinds else ("input",):
+        if required not in pricing:
+            raise CatalogError("is missing", where=where, field=f"pricing.{required}")
+    prices = {kind: _price(pricing[kind], where, f"pricing.{kind}") for kind in kinds if kind in pricing}
+    columns["pricing_input"] = prices["input"]
+    if model_type == "chat":
+        columns["pricing_cached_input"] = prices.get("cached_input", prices["input"])
+        columns["pricing_output"] = prices["output"]
+        if cap is None:
+            raise CatalogError("is required for a priced chat model (a request that names no output cap is held for "
+                               "it)", where=where, field="max_output_tokens")
+    return columns
+
+
+def check_aliases(entry: dict, model_id: str, where: str) -> list[str]:
+    """A model's ``aliases``: exact names, each once, none its own id (the catalog-wide rule is check_names)."""
+    aliases = _value(entry, "aliases", list, where, required=False, default=[])
+    for alias in aliases:
+        if not isinstance(alias, str) or not alias or alias != alias.strip():
+            raise CatalogError(f"must list model names without surrounding spaces, got {alias!r}", where=where,
+                               field="aliases")
+        if len(alias) > NAME_MAX_LENGTH:
+            raise CatalogError(f"names may be at most {NAME_MAX_LENGTH} characters, got {alias!r}", where=where,
+                               field="aliases")
+        if alias == model_id:
+            raise CatalogError(f"{alias!r} is the model's own id", where=where, field="aliases")
+    if len(set(aliases)) != len(aliases):
+        raise CatalogError("names an alias twice", where=where, field="aliases")
+    return list(aliases)
+
+
+def check_names(models: list[tuple[str, list[str]]], taken: dict[str, str] | None = None) -> None:
+    """Every model id and alias names one model only: ``models`` are (id, aliases) pairs, ``taken`` maps the
+    names of the models checked elsewhere (the database's others) to their ids. The error names the alias."""
+    owners = dict(taken or {})
+    for model_id, _ in models:
+        owner = owners.get(model_id)
+        if owner is not None and owner != model_id:
+            raise CatalogError(f"is already an alias of model {owner!r}", where=f"model {model_id!r}", field="id")
+        owners[model_id] = model_id
+    for model_id, aliases in models:
+        for alias in aliases:
+            owner = owners.setdefault(alias, model_id)
+            if owner != model_id:
+                what = "the id" if owner == alias else "an alias"
+                raise CatalogError(f"{alias!r} is already {what} of model {owner!r}", where=f"model {model_id!r}",
+                                   field="aliases")
+
+
+def names_in_use(models) -> dict[str, str]:
+    """Each id and alias of the stored ``models`` (a QuerySet of AiModel: those not being checked), mapped to its
+    model's id."""
+    names: dict[str, str] = {}
+    for model_id, aliases in models.values_list("model_id", "aliases"):
+        names[model_id] = model_id
+        for alias in aliases if isinstance(aliases, list) else []:
+            names.setdefault(alias, model_id)
+    return names
+
+
+def catalog_pricing(model: AiModel) -> dict | None:
+    """A model's token prices as the catalog file writes them (None: unpriced): what the staff form hands the
+    checker, and what the model list shows."""
+    if model.pricing_input is None:
+        return None
+    pricing = {"input": model.pricing_input}
+    if model.pricing_cached_input is not None:
+        pricing["cached_input"] = model.pricing_cached_input
+    if model.pricing_output is not None:
+        pricing["output"] = model.pricing_output
+    return pricing
+
+
 def check_model(entry: dict, providers: dict, *, where: str) -> dict:
     """A model entry checked and normalised: the AiModel columns plus its ``deployments``.
 
@@ -287,6 +415,8 @@ def check_model(entry: dict, providers: dict, *, where: str) -> dict:
         "routing": routing,
         "allowed_fails": _whole(entry, "allowed_fails", where, default=3, minimum=1, maximum=SMALL),
         "cooldown_seconds": _whole(entry, "cooldown_seconds", where, default=30, minimum=1),
+        **check_pricing(entry, model_type, where),
+        "aliases": check_aliases(entry, model_id, where),
         "deployments": check_pool(model_id, model_type, deployments, providers, where=where),
     }
 
@@ -297,6 +427,7 @@ def check_model(entry: dict, providers: dict, *, where: str) -> dict:
 class Snapshot:
     models: dict  # public id -> AiModel (enabled only), each with ``pool``: its deployments, providers attached
     providers: dict  # name -> Provider
+    aliases: dict = field(default_factory=dict)  # alias -> the AiModel of models it names
     loaded_at: float = field(default_factory=lambda: clock.monotonic())
 
 
@@ -326,7 +457,15 @@ def _load_snapshot() -> Snapshot:
         deployment.model = model
         deployment.provider = by_pk[deployment.provider_id]
         model.pool.append(deployment)
-    return Snapshot(models={model.model_id: model for model in models.values()}, providers=providers)
+    by_id = {model.model_id: model for model in models.values()}
+    aliases: dict[str, AiModel] = {}
+    for model in sorted(by_id.values(), key=lambda model: model.pk):
+        for alias in model.aliases if isinstance(model.aliases, list) else []:
+            # The rules keep names unique; should a row written past them repeat one, an id still wins over
+            # an alias and the older model keeps it, so a name never changes meaning between loads.
+            if isinstance(alias, str) and alias not in by_id:
+                aliases.setdefault(alias, model)
+    return Snapshot(models=by_id, providers=providers, aliases=aliases)
 
 
 @state.on_reset
@@ -340,8 +479,13 @@ for _sender in (AiModel, Provider, Deployment):
     post_delete.connect(invalidate, sender=_sender, dispatch_uid=f"catalog-delete-{_sender.__name__}")
 
 
-def get_model(model_id: str) -> AiModel | None:
-    return snapshot().models.get(model_id)
+def get_model(name: str) -> AiModel | None:
+    """The enabled model a client names, by its id or one of its aliases (None: none is served by that name).
+
+    Read from the snapshot: no query. The model returned is the catalog's, whose ``model_id`` is what usage
+    and ledger rows record; the answer names the model as the client did."""
+    current = snapshot()
+    return current.models.get(name) or current.aliases.get(name)
 
 
 # ---------------------------------------------------------------- TOML catalog files
@@ -368,6 +512,7 @@ def parse_catalog(text: str) -> tuple[list[dict], list[dict]]:
             raise CatalogError("is a duplicate: an earlier model has that id", where=where, field="id")
         seen.add(model["model_id"])
         models.append(model)
+    check_names([(model["model_id"], model["aliases"]) for model in models])
     return providers, models
 
 
@@ -383,6 +528,9 @@ def load_catalog(path: Path | None = None) -> dict:
     providers, models = parse_catalog(text)
     report: dict[str, list[str]] = {"created": [], "updated": [], "unchanged": []}
     with transaction.atomic():
+        # The stored models the file leaves as they are keep their names: a file's alias may not take one.
+        check_names([(model["model_id"], model["aliases"]) for model in models],
+                    names_in_use(AiModel.objects.exclude(model_id__in=[model["model_id"] for model in models])))
         by_name = {}
         for fields in providers:
             name = fields.pop("name")

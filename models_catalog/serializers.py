@@ -88,15 +88,55 @@ class ModelAnalytics(serializers.Serializer):
     outputTokens = serializers.IntegerField(source="output_tokens")
 
 
+class Pricing(serializers.Serializer):
+    # Renders an AiModel's token prices (members it has no price for are left out).
+    input = serializers.FloatField(source="pricing_input", help_text="Credits per million input tokens.")
+    cached_input = serializers.FloatField(source="pricing_cached_input", required=False,
+                                          help_text="Credits per million cached input tokens (chat models).")
+    output = serializers.FloatField(source="pricing_output", required=False,
+                                    help_text="Credits per million output tokens, reasoning included (chat models).")
+
+    def to_representation(self, model):
+        return {name: float(getattr(model, field.source)) for name, field in self.fields.items()
+                if getattr(model, field.source) is not None}
+
+
 class ModelEntry(serializers.Serializer):
-    # Renders an AiModel.
-    id = serializers.CharField(source="model_id")
+    # Renders an AiModel; the detail view passes the name it was asked for as context["name"], which may be
+    # one of the model's aliases.
+    id = serializers.CharField(source="model_id", help_text="The name asked for (the model list: the model's id).")
     object = FixedText("model", help_text='Always "model".')
     created = UnixTime(source="created_at", help_text="When the model was added to the catalog, as a Unix timestamp.")
     type = serializers.ChoiceField(choices=["chat", "image", "speech", "embedding"])
     owned_by = serializers.CharField()
-    cost = serializers.IntegerField(help_text="Credits per request (images: per image).")
+    cost = serializers.IntegerField(help_text="Credits per request (images: per image); with pricing, a fee per "
+                                              "request on top of the tokens' price.")
     access = AccessMap(source="tiers", help_text="One boolean per tier: may a key of that tier use the model.")
+    pricing = Pricing(source="*", required=False,
+                      help_text="Token prices, when the model has them: the price of a request is cost plus "
+                                "each kind of token times its price per million, rounded up once.")
+    aliases = serializers.ListField(child=serializers.CharField(), required=False,
+                                    help_text="Other names the model answers to, when it has any.")
+
+    def get_fields(self):
+        # "root" (the name vLLM and OpenAI's older model objects give the underlying model) is also a property
+        # of every DRF field, so it is declared here rather than on the class.
+        return {**super().get_fields(), "root": serializers.CharField(
+            source="model_id", required=False,
+            help_text="The catalog's id of the model, when it was asked for by one of its aliases.")}
+
+    def to_representation(self, model):
+        body = super().to_representation(model)
+        if model.pricing_input is None:
+            del body["pricing"]
+        if not model.aliases:
+            del body["aliases"]
+        name = self.context.get("name") if self.parent is None else None
+        if name is not None and name != model.model_id:
+            body["id"] = name
+        else:
+            del body["root"]
+        return body
 
 
 class ModelEntryWithAnalytics(ModelEntry):

@@ -85,7 +85,8 @@ class ModelDetailView(CatalogView):
         operation_id="retrieve_model", tags=["models"],
         summary="One enabled model",
         description=("The model's entry as in the list (the OpenAI SDKs' models.retrieve() reads it); 404 "
-                     "`model_not_found` for an unknown or disabled id. No key needed, as for the list."),
+                     "`model_not_found` for an unknown or disabled id. A model's alias finds it too: the entry's "
+                     "`id` is then the alias, and `root` the model's catalog id. No key needed, as for the list."),
         responses={200: s.ModelEntry, **error_responses(401, 404, 429, 500)},
     )
     def get(self, request, model_id):
@@ -93,7 +94,7 @@ class ModelDetailView(CatalogView):
         if model is None:
             raise NotFound(f"The model '{model_id}' does not exist or is not available.", code="model_not_found",
                            param="model")
-        return Response(s.ModelEntry(model).data)
+        return Response(s.ModelEntry(model, context={"name": model_id}).data)
 
 
 class KeyStatisticsView(PublicAPIView):

@@ -110,6 +110,13 @@ class InsufficientCredits(GatewayError):
     code = "insufficient_credits"
 
 
+class BudgetExceeded(InsufficientCredits):
+    """The request's hold would take the key past its budget for the period (CONTRACT section 12); its headers
+    say what is left (X-Budget-Remaining) and when the period ends (X-Budget-Reset)."""
+
+    code = "budget_exceeded"
+
+
 class RateLimited(GatewayError):
     status = 429
     type = "rate_limit_error"

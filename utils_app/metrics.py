@@ -51,10 +51,18 @@ CREDITS_CHARGED = Counter("gateway_credits_charged", "Credits of requests settle
                           "usage records count).", ["model"])
 CREDITS_REFUNDED = Counter("gateway_credits_refunded", "Credits given back by refunds of failed or "
                            "abandoned requests.", ["model"])
-TOKENS = Counter("gateway_tokens", "Tokens of completed requests, in (prompt) and out (completion).",
+CREDITS_HELD = Counter("gateway_credits_held", "Credits held by charges before their upstream call: a model's "
+                       "cost, or the most a token-priced request can cost.", ["model"])
+CREDITS_GIVEN_BACK = Counter("gateway_credits_given_back", "Credits of token-priced holds given back by their "
+                             "settlement (the hold less the price).", ["model"])
+CREDITS_UNCOVERED = Counter("gateway_credits_uncovered", "Credits by which token-priced requests' prices passed "
+                            "their holds (an upstream that ignored the output cap): written on the ledger, never "
+                            "taken.", ["model"])
+TOKENS = Counter("gateway_tokens", "Tokens of completed requests by kind: in (prompt, cached included), cached "
+                 "(the prompt's part read from the upstream's cache) and out (completion, reasoning included).",
                  ["model", "direction"])
-LIMIT_REJECTIONS = Counter("gateway_limit_rejections", "Requests refused with 429 by a key's limit: rpm, rph "
-                           "or maxConcurrent.", ["param"])
+LIMIT_REJECTIONS = Counter("gateway_limit_rejections", "Requests refused with 429 by a key's limit: rpm, rph, "
+                           "maxConcurrent or tpm.", ["param"])
 UPSTREAM_ERRORS = Counter("gateway_upstream_errors", "Failed upstream calls, by provider and kind: timeout, "
                           "unavailable (5xx, unreachable, unusable answer), rate_limited, rejected (4xx), "
                           "internal.", ["provider", "kind"])
@@ -205,10 +213,21 @@ def no_deployment(*, model: str) -> None:
     _count(NO_DEPLOYMENT, 1, model)
 
 
-def settled(*, model: str, credits: int, input_tokens: int, output_tokens: int) -> None:
+def held(*, model: str, credits: int) -> None:
+    _count(CREDITS_HELD, credits, model)
+
+
+def settled(*, model: str, credits: int, input_tokens: int, output_tokens: int, cached_tokens: int = 0,
+            given_back: int = 0, uncovered: int = 0) -> None:
     _count(CREDITS_CHARGED, credits, model)
+    if given_back:
+        _count(CREDITS_GIVEN_BACK, given_back, model)
+    if uncovered:
+        _count(CREDITS_UNCOVERED, uncovered, model)
     if input_tokens:
         _count(TOKENS, input_tokens, model, "in")
+    if cached_tokens:
+        _count(TOKENS, cached_tokens, model, "cached")
     if output_tokens:
         _count(TOKENS, output_tokens, model, "out")
 
@@ -230,7 +249,8 @@ def reset() -> None:
     """Every count of this process back to nothing (tests; in multiprocess mode the files hold the counts)."""
     _tally.clear()
     _children.clear()
-    for metric in (REQUESTS, ADDED_LATENCY, UPSTREAM_LATENCY, CREDITS_CHARGED, CREDITS_REFUNDED, TOKENS,
+    for metric in (REQUESTS, ADDED_LATENCY, UPSTREAM_LATENCY, CREDITS_HELD, CREDITS_CHARGED, CREDITS_GIVEN_BACK,
+                   CREDITS_UNCOVERED, CREDITS_REFUNDED, TOKENS,
                    LIMIT_REJECTIONS, UPSTREAM_ERRORS, UPSTREAM_ATTEMPTS, COOLDOWNS, DISABLES, NO_DEPLOYMENT, TTFB,
                    GROUP_SIZES):
         metric.clear()

@@ -44,7 +44,8 @@ def test_an_admin_updates_a_key_and_gets_its_new_config(client, admin_key, targe
     assert response.status_code == 200, response.content
     assert response.json() == {"apiKey": {"key": secret, "config": {
         "tier": "premium", "credits": 200, "maxCredits": 300, "rpm": 1000, "rph": 10000, "maxConcurrent": 4,
-        "owner": {"platform_id": "1234", "platform_username": "ann", "platform_img": "", "category": ""}}}}
+        "owner": {"platform_id": "1234", "platform_username": "ann", "platform_img": "", "category": ""},
+        "budget": None, "tpm": None}}}
     assert config_of(key)[:5] == ("premium", 200, 300, 1000, 10000)
 
 
@@ -224,7 +225,7 @@ def test_an_admin_creates_a_key_and_sees_its_secret_once(client, admin_key):
     assert record["config"] == {"tier": "augmented", "credits": 30, "maxCredits": 60, "rpm": 10, "rph": 100,
                                 "maxConcurrent": 16,
                                 "owner": {"platform_id": "42", "platform_username": "", "platform_img": "",
-                                          "category": "beta"}}
+                                          "category": "beta"}, "budget": None, "tpm": None}
     assert (record["name"], record["isAdmin"], record["prefix"]) == ("beta tester", False, secret[:10])
 
     key = ApiKey.objects.get(digest=digest_secret(secret))
@@ -245,7 +246,8 @@ def test_a_created_key_has_defaults_for_what_is_left_out(client, admin_key):
     assert response.status_code == 201
     assert response.json()["apiKey"]["config"] == {
         "tier": "free", "credits": 0, "maxCredits": 0, "rpm": 60, "rph": 1000, "maxConcurrent": 16,
-        "owner": {"platform_id": "", "platform_username": "", "platform_img": "", "category": ""}}
+        "owner": {"platform_id": "", "platform_username": "", "platform_img": "", "category": ""},
+        "budget": None, "tpm": None}
 
 
 def test_a_created_admin_key_may_call_the_admin_api(client, admin_key, target):

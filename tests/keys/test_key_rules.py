@@ -24,11 +24,13 @@ pytestmark = pytest.mark.django_db
 MEMBER = {"tier": "tier", "credits": "credits", "max_credits": "maxCredits", "rpm": "rpm", "rph": "rph",
           "max_concurrent": "maxConcurrent", "owner_platform_id": "owner.platform_id",
           "owner_platform_username": "owner.platform_username", "owner_platform_img": "owner.platform_img",
-          "owner_category": "owner.category"}
+          "owner_category": "owner.category", "budget_credits": "budget.credits", "budget_period": "budget.period",
+          "tpm": "tpm"}
 # The issue_key command's option for each field it takes.
 OPTION = {"tier": "--tier", "credits": "--credits", "max_credits": "--max-credits", "rpm": "--rpm", "rph": "--rph",
           "max_concurrent": "--max-concurrent", "owner_platform_id": "--owner-id",
-          "owner_platform_username": "--owner-username", "owner_category": "--owner-category", "name": "--name"}
+          "owner_platform_username": "--owner-username", "owner_category": "--owner-category", "name": "--name",
+          "budget_credits": "--budget-credits", "budget_period": "--budget-period", "tpm": "--tpm"}
 # The key every case starts from (or, for the doors that issue a key, the configuration it is issued with).
 BASE = {"tier": "free", "credits": 5, "max_credits": 10, "rpm": 60, "rph": 1000, "max_concurrent": 16}
 
@@ -76,6 +78,8 @@ def nested(config: dict) -> dict:
         for parent in parents:
             target = target.setdefault(parent, {})
         target[leaf] = value
+    if "budget" in body:  # the API takes a budget whole: its credits with a period
+        body["budget"].setdefault("period", "day")
     return body
 
 
@@ -112,9 +116,9 @@ def command(config: dict) -> str | None:
     return None
 
 
-def stored(key: ApiKey) -> tuple:
+def stored(key: ApiKey, *more: str) -> tuple:
     key.refresh_from_db()
-    return tuple(getattr(key, field) for field in (*BASE, *OWNER_FIELDS.values()))
+    return tuple(getattr(key, field) for field in (*BASE, *OWNER_FIELDS.values(), *more))
 
 
 # ------------------------------------------------------------------ refused alike
@@ -207,7 +211,8 @@ def test_the_boundaries_are_accepted_by_every_door(client, admin_key, make_key, 
     form = edit_form(key, case)
     assert form.is_valid(), form.errors
     update_key(key=key, changes=case, actor="test")
-    assert stored(key) == tuple({**BASE, **{f: "" for f in OWNER_FIELDS.values()}, **case}.values())
+    more = [field for field in case if field not in BASE and field not in OWNER_FIELDS.values()]
+    assert stored(key, *more) == tuple({**BASE, **{f: "" for f in OWNER_FIELDS.values()}, **case}.values())
 
 
 # ------------------------------------------------------------------ the statements themselves
@@ -215,7 +220,7 @@ def test_the_boundaries_are_accepted_by_every_door(client, admin_key, make_key, 
 def test_the_rules_say_what_the_contract_says():
     assert TIERS == ("free", "augmented", "premium", "cool", "partner", "limited", "exclusive", "special")
     assert RANGES == {"credits": (0, None), "max_credits": (0, None), "rpm": (1, 1000), "rph": (1, 10000),
-                      "max_concurrent": (1, 1000)}
+                      "max_concurrent": (1, 1000), "budget_credits": (1, None), "tpm": (1, 1_000_000_000)}
 
 
 def test_the_admin_api_names_a_field_by_the_member_its_serializer_reads_into_it():
@@ -230,8 +235,9 @@ def test_the_admin_api_names_a_field_by_the_member_its_serializer_reads_into_it(
 def test_the_schema_states_the_models_ranges(client):
     schema = client.get("/openapi.json").json()["components"]["schemas"]
     config = schema["ApiKeyConfig"]["properties"]
+    budget = schema["Budget"]["properties"]
     for field, (least, most) in RANGES.items():
-        member = config[MEMBER[field]]
+        member = budget["credits"] if field == "budget_credits" else config[MEMBER[field]]
         assert (member["minimum"], member["maximum"]) == (least, BIGINT_MAX if most is None else most)
     assert schema[config["tier"]["$ref"].rsplit("/", 1)[1]]["enum"] == list(TIERS)
     owner = schema["Owner"]["properties"]

@@ -60,7 +60,8 @@ def test_the_default_view_is_the_openai_list_of_enabled_models(client, seeded):
     assert "gpt-5" not in {entry["id"] for entry in body["data"]}
     for entry in body["data"]:
         model = enabled.get(model_id=entry["id"])
-        assert set(entry) == ENTRY_MEMBERS
+        # pricing and aliases only where the model has them (tests/models_catalog/test_pricing_catalog.py).
+        assert ENTRY_MEMBERS <= set(entry) <= ENTRY_MEMBERS | {"pricing", "aliases"}
         assert entry["object"] == "model"
         assert (entry["type"], entry["owned_by"], entry["cost"]) == (model.type, model.owned_by, model.cost)
         assert isinstance(entry["cost"], int)
@@ -210,7 +211,7 @@ def test_the_web_view_has_analytics_and_global_stats(client, seeded, value):
     assert (body["object"], body["success"]) == ("list", True)
     assert [e["id"] for e in body["models"]] == sorted(AiModel.objects.values_list("model_id", flat=True))
     for entry in body["models"]:
-        assert set(entry) == ENTRY_MEMBERS | {"analytics"}
+        assert ENTRY_MEMBERS | {"analytics"} <= set(entry) <= ENTRY_MEMBERS | {"analytics", "pricing", "aliases"}
         assert entry["object"] == "model" and list(entry["access"]) == list(TIERS)
         assert entry["analytics"] == dict.fromkeys(ANALYTICS_MEMBERS, 0)
     assert body["globalStats"] == {"totalRequests": 0, "totalInputTokens": 0, "totalOutputTokens": 0}
@@ -349,7 +350,8 @@ def test_a_failed_upstream_call_counts_as_failed_and_adds_no_tokens(client, seed
 
 
 def test_both_views_keep_their_member_order(client, seeded):
-    entry_order = ["id", "object", "created", "type", "owned_by", "cost", "access"]
+    # The first model of the shipped catalog (claude-haiku-4-5) has token prices and an alias.
+    entry_order = ["id", "object", "created", "type", "owned_by", "cost", "access", "pricing", "aliases"]
     body = client.get("/v1/models").json()
     assert list(body) == ["object", "data"] and list(body["data"][0]) == entry_order
     body = client.get("/v1/models?web-view=true").json()

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from keys.models import RANGES, TIERS, ApiKey, KeyRuleError
+from keys.models import BUDGET_PERIODS, RANGES, TIERS, ApiKey, KeyRuleError
 from keys.services import issue_key
 
 
@@ -23,6 +23,12 @@ class Command(BaseCommand):
         parser.add_argument("--rph", type=int, help=f"requests per hour ({_range('rph')})")
         parser.add_argument("--max-concurrent", type=int,
                             help=f"requests in flight at once, streams included ({_range('max_concurrent')})")
+        parser.add_argument("--budget-credits", type=int,
+                            help="the most the key may be charged per budget period, holds included (with "
+                                 "--budget-period)")
+        parser.add_argument("--budget-period", choices=BUDGET_PERIODS,
+                            help="UTC calendar period of the budget (weeks from Monday)")
+        parser.add_argument("--tpm", type=int, help=f"tokens per minute, input plus output ({_range('tpm')})")
         parser.add_argument("--owner-id", dest="owner_platform_id", metavar="OWNER_ID")
         parser.add_argument("--owner-username", dest="owner_platform_username", metavar="OWNER_USERNAME")
         parser.add_argument("--owner-category", dest="owner_category", metavar="OWNER_CATEGORY")
@@ -35,6 +41,9 @@ class Command(BaseCommand):
             key, secret = issue_key(actor="command issue_key", **{k: v for k, v in o.items() if k in fields})
         except KeyRuleError as broken:
             raise CommandError(broken.message) from None
+        budget = f" budget={key.budget_credits}/{key.budget_period}" if key.budget_credits is not None else ""
+        tpm = f" tpm={key.tpm}" if key.tpm is not None else ""
         self.stdout.write(f"issued {key.prefix}… tier={key.tier} credits={key.credits}/{key.max_credits} "
-                          f"rpm={key.rpm} rph={key.rph} maxConcurrent={key.max_concurrent}{' admin' if key.is_admin else ''}")
+                          f"rpm={key.rpm} rph={key.rph} maxConcurrent={key.max_concurrent}{budget}{tpm}"
+                          f"{' admin' if key.is_admin else ''}")
         self.stdout.write(secret)

@@ -1,13 +1,15 @@
-"""Check that every key's balance is the sum of its ledger (docs/ledger.md)."""
+"""Check that every key's balance is the sum of its ledger, and every settled price its terms' (docs/ledger.md)."""
 from django.core.management.base import BaseCommand
 
 from keys.ledger import mismatches
 from keys.models import ApiKey
+from keys.pricing import mispriced
 
 
 class Command(BaseCommand):
-    help = ("Check every key's balance against the sum of its ledger, and its in-flight count against its "
-            "pending charges. Prints each mismatch; exits 1 if there is one.")
+    help = ("Check every key's balance against the sum of its ledger, its in-flight count against its pending "
+            "charges, and every completed charge's amount against its tokens, unit prices, request fee and "
+            "hold. Prints each mismatch; exits 1 if there is one.")
     requires_system_checks = []  # Django's checks (the URLconf, every view) run in migrate and manage.py check
 
     def add_arguments(self, parser):
@@ -15,7 +17,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         prefix = options["key"]
-        found = mismatches(prefix=prefix)
+        found = [*mismatches(prefix=prefix), *mispriced(prefix=prefix)]
         for mismatch in found:
             self.stdout.write(f"MISMATCH {mismatch}")
         checked = (ApiKey.objects.filter(prefix__startswith=prefix) if prefix else ApiKey.objects).count()

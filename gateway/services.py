@@ -378,14 +378,14 @@ class Hold:
 
 
 def held_amount(model: AiModel, prices: TokenPrices, hold: Hold | None, *, units: int = 1) -> int:
-    """The most a token-priced request can cost: its fee, its counted input and its output cap (the cap it
-    named, never above the model's max_output_tokens; the model's when it named none) for each choice."""
+    """The most a token-priced request can cost (CONTRACT section 12): its fee, its counted input and its
+    output cap for each choice: the cap it named, else the model's max_output_tokens. A cap above the
+    model's is held as named: an upstream whose real limit is higher than the catalog says may use it."""
     if hold is None:
         return prices.price(input_tokens=0, output_tokens=0)
     cap = 0
     if model.type == "chat":
-        caps = [most for most in (hold.output_cap, model.max_output_tokens) if most]
-        cap = min(caps) if caps else 0
+        cap = hold.output_cap or model.max_output_tokens or 0
     return prices.price(input_tokens=hold.input_tokens(), output_tokens=cap * units)
 
 

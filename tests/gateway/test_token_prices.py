@@ -124,12 +124,16 @@ def test_a_hold_the_key_cannot_pay_is_refused_before_any_upstream_call(client, p
 
 
 @pytest.mark.django_db
-def test_a_request_cap_above_the_models_is_held_at_the_models(client, priced, upstream, make_key):
+def test_a_request_cap_above_the_models_is_held_as_named(client, priced, upstream, make_key):
+    """Section 12: the request's own cap, else the model's. 10,000,000 tokens at 2,000 credits per million is
+    20,000 credits: a key of 1,000 is refused before any upstream call."""
     key, secret = make_key(credits=1000, max_credits=1000)
     upstream.json("/chat/completions", chat_completion())
     response = post(client, PATH, {"model": "fake-chat", "messages": HELLO, "max_tokens": 10_000_000}, secret)
-    assert response.status_code == 200, response.content
-    assert LedgerEntry.objects.get(key=key, kind="charge").held == hold_for(HELLO, MODEL_CAP)
+    assert response.status_code == 402, response.content
+    assert response.json()["error"]["code"] == "insufficient_credits"
+    assert upstream.calls == []
+    assert not LedgerEntry.objects.filter(key=key, kind="charge").exists()
 
 
 @pytest.mark.django_db

@@ -9,19 +9,25 @@ translated into Anthropic's shapes here: the message object, the event stream, a
 (AnthropicDialect): it gets the request passed through as the client sent it, and its answer or
 events reach the client as they came; the translation then only feeds the metering.
 
-What translates and what is refused is listed in docs/providers.md.
+What translates, what is left out and named (X-Gateway-Ignored) and what is refused is listed in
+docs/providers.md.
 """
 import json
 import re
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
 from rest_framework.response import Response
 
 from gateway.json_schemas import SchemaWalk
-from gateway.services import ChatDialect, OpenAIEvents
-from gateway.upstream.shapes import EVENT_NAME, PASSED_THROUGH, content_text, tool_call_id
+from gateway.local_models import count_tokens
+from gateway.services import ChatDialect, OpenAIEvents, ReplyTokens
+from gateway.upstream import honour
+from gateway.upstream.shapes import EVENT_NAME, PASSED_THROUGH, content_text, prompt_text, tool_call_id
+from models_catalog.models import AiModel
 from utils_app.errors import GatewayError, InvalidRequest, UnsupportedParameter, UpstreamError, as_gateway_error
 
 # Anthropic's error type for each status the gateway answers with (section 4's statuses are kept).
@@ -30,10 +36,24 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "
                429: "rate_limit_error", 503: "overloaded_error", 529: "overloaded_error"}
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",
                 "content_filter": "refusal"}
-# Members of a request read here; any other is refused by name, never silently dropped.
-REQUEST_MEMBERS = {"model", "messages", "max_tokens", "system", "stop_sequences", "temperature", "top_p", "top_k",
-                   "tools", "tool_choice", "stream", "metadata", "thinking", "service_tier"}
-COUNT_MEMBERS = {"model", "messages", "system", "tools", "tool_choice", "thinking"}
+# Members of a request translated into the chat request every deployment type takes. Any other member is
+# Anthropic's own: passed through to anthropic deployments as it came, left out and named for the others
+# (CONTRACT section 8). count_tokens counts the conversation, the system prompt and the tools, and accepts
+# every other member without counting it.
+TRANSLATED = {"model", "messages", "max_tokens", "system", "stop_sequences", "temperature", "top_p", "tools",
+              "tool_choice", "stream", "metadata", "thinking", "output_config", "output_format"}
+# Anthropic's efforts (output_config.effort) as OpenAI's reasoning_effort; above "high" Anthropic's steps go to
+# OpenAI's most widely taken one.
+EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
+THINKING_TYPES = ("enabled", "adaptive", "between_tools", "disabled")
+# What X-Gateway-Ignored may say of one request: names of at most NAME_MAX characters of letters, digits and
+# _ . : - (any other becomes _), at most NAMES_MAX of them, then MORE.
+NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9_.:-]")
+NAME_MAX = 100
+NAMES_MAX = 64
+MORE = "more"
+# The longest metadata.user_id passed on as OpenAI's user (gateway.serializers.ChatCompletionRequest's bound).
+USER_MAX = 256
 
 
 # The anthropic-beta header a client may send (comma-separated feature names), passed on as it is.
@@ -82,15 +102,53 @@ def _unsupported(param: str, why: str) -> UnsupportedParameter:
     return UnsupportedParameter(f"{param}: {why}", param=param)
 
 
+@dataclass
+class Translation:
+    """What reading a Messages request into chat parameters left out, by the names X-Gateway-Ignored gives
+    them (``dropped``), and the client's member that OpenAI's reasoning_effort stands for, so that an
+    upstream which cannot think either is named by the client's word for it."""
+
+    dropped: list[str] = field(default_factory=list)
+    reasoning_from: str | None = None
+    tools_left_out: set[str] = field(default_factory=set)  # the names of the tools left out
+    # A block only Anthropic's API can read and nothing can stand in for (an image by file id): refused by
+    # every other type, so the request goes to an anthropic deployment of the pool, or is this 400.
+    refusal: UnsupportedParameter | None = None
+
+    def refuse(self, param: str, why: str) -> None:
+        self.refusal = self.refusal or _unsupported(param, why)
+
+    def drop(self, name: str) -> None:
+        # A name comes from the client's body (a member, a tool's type or name) and goes into a header and a
+        # log line: only a bounded word of safe characters, and a bounded number of names.
+        name = NOT_IN_A_NAME.sub("_", name[:NAME_MAX])
+        if name in self.dropped:
+            return
+        if len(self.dropped) < NAMES_MAX:
+            self.dropped.append(name)
+        elif self.dropped[-1] != MORE:
+            self.dropped.append(MORE)
+
+    def extras(self, block: dict, known: tuple[str, ...], where: str) -> None:
+        """Name a block's members that nothing reads: a cache mark as ``cache_control`` (there is one on
+        most of Claude Code's blocks), any other by its dotted path."""
+        for member in block:
+            if member not in known:
+                self.drop("cache_control" if member == "cache_control" else f"{where}.{member}")
+
+
 def chat_params(body: dict, *, counting: bool = False) -> dict:
     """The OpenAI-shaped chat request for an Anthropic Messages request (validated again, as every chat
     request is, by gateway.serializers.ChatCompletionRequest)."""
-    # A member this gateway does not know is passed through to an anthropic deployment (Anthropic's API
-    # grows new ones: AnthropicDialect) and refused by name by any other; count_tokens knows its own.
-    unknown = sorted(set(body) - COUNT_MEMBERS) if counting else []
-    if unknown:
-        raise InvalidRequest(f"{unknown[0]}: Extra inputs are not permitted.", code="unknown_parameter",
-                             param=unknown[0])
+    return translate(body, counting=counting)[0]
+
+
+def translate(body: dict, *, counting: bool = False) -> tuple[dict, Translation]:
+    """(the chat request, what it left out) for an Anthropic Messages request. What maps is translated (a
+    system message in place, thinking and effort as reasoning_effort, metadata.user_id as user, a structured
+    output format as response_format); what only Anthropic's API honours is left out and named; a body that
+    is not a Messages request at all is a 400 naming the member."""
+    notes = Translation()
     for name in ("model", "messages") if counting else ("model", "messages", "max_tokens"):
         if body.get(name) is None:
             raise InvalidRequest(f"{name}: Field required.", code="missing_field", param=name)
@@ -99,88 +157,136 @@ def chat_params(body: dict, *, counting: bool = False) -> dict:
           "must be a non-empty array of messages.")
     params: dict = {"model": body["model"], "messages": []}
     if body.get("system") is not None:
-        params["messages"].append({"role": "system", "content": _system(body["system"])})
+        params["messages"].append({"role": "system", "content": _system(body["system"], "system", notes)})
     for index, message in enumerate(body["messages"]):
-        params["messages"].extend(_messages(message, f"messages.{index}"))
+        params["messages"].extend(_messages(message, f"messages.{index}", notes))
     _count_image_urls(body["messages"])
-    if not counting:
-        max_tokens = body["max_tokens"]
-        _need(type(max_tokens) is int and max_tokens >= 1, "max_tokens", "must be an integer of at least 1.")
-        params["max_tokens"] = max_tokens
-        for name in ("temperature", "top_p"):
-            if body.get(name) is not None:
-                params[name] = body[name]
-        if body.get("stop_sequences"):
-            params["stop"] = body["stop_sequences"]
-        if body.get("stream") is not None:
-            _need(isinstance(body["stream"], bool), "stream", "must be a boolean.")
-            if body["stream"]:
-                # The usage chunk is always asked for: message_delta carries the usage.
-                params.update(stream=True, stream_options={"include_usage": True})
-        response_format = _output_format(body.get("output_config"))
-        if response_format is not None:
-            params["response_format"] = response_format
-        metadata = body.get("metadata")
-        if metadata is not None:
-            _need(isinstance(metadata, dict), "metadata", "must be an object.")
-            if isinstance(metadata.get("user_id"), str) and metadata["user_id"]:
-                params["user"] = metadata["user_id"]
     if body.get("tools"):
         _need(isinstance(body["tools"], list), "tools", "must be an array.")
         walk = SchemaWalk()  # every tool's schema, within the request's limits
-        params["tools"] = [_tool(tool, f"tools.{index}", walk) for index, tool in enumerate(body["tools"])]
+        tools = [_tool(tool, f"tools.{index}", walk, notes) for index, tool in enumerate(body["tools"])]
+        if any(tools):
+            params["tools"] = [tool for tool in tools if tool]
     if body.get("tool_choice") is not None:
-        params.update(_tool_choice(body["tool_choice"]))
-    return params
+        names = {tool["function"]["name"] for tool in params.get("tools", ())}
+        params.update(_tool_choice(body["tool_choice"], names, notes))
+    if counting:
+        return params, notes  # the other members are not part of the input: nothing to count or name
+    max_tokens = body["max_tokens"]
+    _need(type(max_tokens) is int and max_tokens >= 1, "max_tokens", "must be an integer of at least 1.")
+    for name in ("temperature", "top_p"):
+        if body.get(name) is not None:
+            params[name] = body[name]
+    if body.get("stop_sequences"):
+        params["stop"] = body["stop_sequences"]
+    if body.get("stream") is not None:
+        _need(isinstance(body["stream"], bool), "stream", "must be a boolean.")
+        if body["stream"]:
+            # The usage chunk is always asked for: message_delta carries the usage.
+            params.update(stream=True, stream_options={"include_usage": True})
+    response_format = _output_format(body.get("output_config"), "output_config", notes)
+    if body.get("output_format") is not None:  # the structured outputs beta's own member, before output_config
+        response_format = _output_format({"format": body["output_format"]}, "", notes)
+    if response_format is not None:
+        params["response_format"] = response_format
+    effort = _reasoning_effort(body, notes)
+    if effort is not None:
+        params["reasoning_effort"] = effort
+    # OpenAI's reasoning models take the cap as max_completion_tokens (reasoning included) and refuse max_tokens.
+    params["max_completion_tokens" if effort is not None else "max_tokens"] = max_tokens
+    _metadata(body.get("metadata"), params, notes)
+    for name in sorted(set(body) - TRANSLATED):
+        if body[name] is not None:  # null asks for nothing
+            notes.drop(name)  # top_k, context_management, service_tier, container, mcp_servers, …
+    return params, notes
 
 
-def anthropic_only(body: dict) -> dict[str, str]:
-    """The members of a Messages request only an anthropic deployment can honour (it gets the request as
-    it came), each with why another refuses it: such a request skips every other deployment of its pool."""
-    found = {name: "this member of Anthropic's API reaches the model's anthropic deployments only."
-             for name in sorted(set(body) - REQUEST_MEMBERS)}
-    if body.get("top_k") is not None:
-        found["top_k"] = "only the model's anthropic deployments take top_k; this one takes temperature and top_p."
-    thinking = body.get("thinking")
-    if thinking is not None and not (isinstance(thinking, dict) and thinking.get("type") == "disabled"):
-        found["thinking"] = "extended thinking reaches the model's anthropic deployments only."
-    output_config = body.get("output_config")
-    if isinstance(output_config, dict) and set(output_config) <= {"format"}:
-        found.pop("output_config", None)  # a structured-output format alone: translated (_output_format)
-    return found
+def _reasoning_effort(body: dict, notes: Translation) -> str | None:
+    """Extended thinking and output_config.effort as OpenAI's reasoning_effort (each adapter maps it to its
+    upstream's knob, gateway.upstream.honour). An explicit budget is read as a step of effort; adaptive
+    thinking takes the request's effort, OpenAI's default (medium) without one; disabled asks for none."""
+    thinking, effort = body.get("thinking"), None
+    if thinking is not None:
+        _need(isinstance(thinking, dict) and thinking.get("type") in THINKING_TYPES, "thinking.type",
+              "must be 'enabled', 'adaptive', 'between_tools' or 'disabled'.")
+        if thinking["type"] == "enabled":
+            budget = thinking.get("budget_tokens")
+            _need(type(budget) is int and budget >= 1, "thinking.budget_tokens", "must be an integer of at least 1.")
+            effort = "low" if budget <= 4096 else "medium" if budget <= 16384 else "high"
+        elif thinking["type"] != "disabled":
+            effort = "medium"
+        notes.extras(thinking, ("type", "budget_tokens"), "thinking")  # display: a beta-only member
+    wanted = body["output_config"].get("effort") if isinstance(body.get("output_config"), dict) else None
+    if wanted is not None:
+        if wanted in EFFORTS and not (isinstance(thinking, dict) and thinking["type"] == "disabled"):
+            effort = EFFORTS[wanted]
+        else:
+            notes.drop("output_config.effort")
+    if effort is not None:
+        notes.reasoning_from = "thinking" if thinking is not None else "output_config.effort"
+    return effort
 
 
-def _output_format(output_config) -> dict | None:
+def _metadata(metadata, params: dict, notes: Translation) -> None:
+    """Anthropic's metadata.user_id is OpenAI's user; what else metadata holds has no equivalent."""
+    if metadata is None:
+        return
+    _need(isinstance(metadata, dict), "metadata", "must be an object.")
+    for name, value in metadata.items():
+        if name == "user_id" and isinstance(value, str) and 0 < len(value) <= USER_MAX:
+            params["user"] = value
+        elif name != "user_id" or value is not None:
+            notes.drop(f"metadata.{name}")
+
+
+def _output_format(output_config, where: str, notes: Translation) -> dict | None:
     """Anthropic's structured-output format (``output_config.format``, what the SDK's ``messages.parse``
-    sends) as OpenAI's response_format; None when there is none. Anything else of output_config reaches
-    anthropic deployments only (anthropic_only)."""
-    if not isinstance(output_config, dict) or output_config.get("format") is None:
+    sends) as OpenAI's response_format; None when there is none. Its effort is read with thinking; any other
+    member of output_config is left out and named."""
+    if output_config is None:
         return None
+    _need(isinstance(output_config, dict), where or "output_format", "must be an object.")
+    if where:
+        notes.extras(output_config, ("format", "effort"), where)
+    if output_config.get("format") is None:
+        return None
+    place = f"{where}.format" if where else "output_format"
     answer_format = output_config["format"]
-    _need(isinstance(answer_format, dict) and answer_format.get("type") == "json_schema",
-          "output_config.format", "must be an object of type 'json_schema' with a schema.")
-    _need(isinstance(answer_format.get("schema"), dict), "output_config.format.schema", "must be a JSON schema object.")
+    _need(isinstance(answer_format, dict) and answer_format.get("type") == "json_schema", place,
+          "must be an object of type 'json_schema' with a schema.")
+    _need(isinstance(answer_format.get("schema"), dict), f"{place}.schema", "must be a JSON schema object.")
     return {"type": "json_schema", "json_schema": {"name": "output", "schema": answer_format["schema"], "strict": True}}
 
 
-def _system(system) -> str | list:
+def _system(system, where: str, notes: Translation) -> str | list:
+    """The system prompt (or a system message's content): a string, or its text blocks as text parts."""
     if isinstance(system, str):
         return system
-    _need(isinstance(system, list), "system", "must be a string or an array of text blocks.")
+    _need(isinstance(system, list), where, "must be a string or an array of text blocks.")
     parts = []
     for index, block in enumerate(system):
-        _need(isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str),
-              f"system.{index}", "must be a text block.")
+        at = f"{where}.{index}"
+        _need(isinstance(block, dict) and isinstance(block.get("type"), str), at, "must be a content block.")
+        if block["type"] != "text":
+            notes.drop(at)  # a system prompt is text; Anthropic takes nothing else there either
+            continue
+        _need(isinstance(block.get("text"), str), f"{at}.text", "must be a string.")
+        notes.extras(block, ("type", "text", "citations"), at)
         parts.append({"type": "text", "text": block["text"]})
     return parts
 
 
-def _messages(message, where: str) -> list[dict]:
-    """One Anthropic message as OpenAI messages: a user turn's tool results become tool messages (first, as
-    they stand first in the turn), an assistant turn's tool_use blocks its tool_calls."""
+def _messages(message, where: str, notes: Translation) -> list[dict]:
+    """One Anthropic message as OpenAI messages: a system message in place (Claude Code's reminders in
+    mid-conversation), a user turn's tool results as tool messages (first, as they stand first in the turn),
+    an assistant turn's tool_use blocks as its tool_calls."""
     _need(isinstance(message, dict), where, "must be an object with role and content.")
     role, content = message.get("role"), message.get("content")
-    _need(role in ("user", "assistant"), f"{where}.role", "must be 'user' or 'assistant'.")
+    _need(role in ("user", "assistant", "system"), f"{where}.role", "must be 'user', 'assistant' or 'system'.")
+    if role == "system":
+        _need(content is not None, f"{where}.content", "is required.")
+        text = _system(content, f"{where}.content", notes)
+        return [{"role": "system", "content": text}] if text else []
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     _need(isinstance(content, list) and bool(content), f"{where}.content",
@@ -190,51 +296,83 @@ def _messages(message, where: str) -> list[dict]:
         _need(isinstance(block, dict) and isinstance(block.get("type"), str), f"{where}.content.{index}",
               "must be a content block with a type.")
         blocks.append((block, f"{where}.content.{index}"))
-    return _user(blocks) if role == "user" else _assistant(blocks)
+    return _user(blocks, notes) if role == "user" else _assistant(blocks, notes)
 
 
-def _user(blocks: list) -> list[dict]:
+def _user(blocks: list, notes: Translation) -> list[dict]:
     results, parts = [], []
     for block, where in blocks:
         kind = block["type"]
         if kind == "tool_result":
             _need(isinstance(block.get("tool_use_id"), str) and bool(block["tool_use_id"]), f"{where}.tool_use_id",
                   "is required.")
-            text = _result_text(block.get("content"), f"{where}.content")
+            notes.extras(block, ("type", "tool_use_id", "content", "is_error"), where)
+            text, images = _result(block.get("content"), f"{where}.content", notes)
             if block.get("is_error"):
                 text = f"Error: {text}"
             results.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": text})
-        elif kind == "text":
-            _need(isinstance(block.get("text"), str), f"{where}.text", "must be a string.")
-            parts.append({"type": "text", "text": block["text"]})
-        elif kind == "image":
-            parts.append({"type": "image_url", "image_url": {"url": _source_url(block.get("source"), where)}})
-        elif kind == "document":
-            source = block.get("source") if isinstance(block.get("source"), dict) else {}
-            if source.get("type") != "base64" or source.get("media_type") != "application/pdf":
-                raise _unsupported(where, "documents are supported as base64 PDF sources only.")
-            _need(isinstance(source.get("data"), str), f"{where}.source.data", "must be a base64 string.")
-            parts.append({"type": "file", "file": {"filename": "document.pdf",
-                                                   "file_data": f"data:application/pdf;base64,{source['data']}"}})
+            parts.extend(images)  # a tool message is text: the images it returned follow as the user's
+        elif kind in ("text", "image", "document", "search_result"):
+            parts.extend(_part(block, where, notes))
         else:
-            raise _unsupported(where, f"content blocks of type {kind!r} are not supported in user turns.")
+            notes.drop(where)  # an Anthropic-only block (a container upload, say): the turn goes on without it
     return results + ([{"role": "user", "content": parts}] if parts else [])
 
 
-def _result_text(content, where: str) -> str:
+def _part(block: dict, where: str, notes: Translation) -> list[dict]:
+    """A text, image, document or search result block as OpenAI content parts."""
+    kind = block["type"]
+    if kind == "text":
+        _need(isinstance(block.get("text"), str), f"{where}.text", "must be a string.")
+        notes.extras(block, ("type", "text", "citations"), where)
+        return [{"type": "text", "text": block["text"]}]
+    if kind == "image":
+        notes.extras(block, ("type", "source"), where)
+        url = _source_url(block.get("source"), where, notes)
+        return [{"type": "image_url", "image_url": {"url": url}}] if url else []
+    if kind == "search_result":
+        notes.extras(block, ("type", "source", "title", "content", "citations"), where)
+        texts, _ = _result(block.get("content"), f"{where}.content", notes)
+        heading = " ".join(str(block[name]) for name in ("title", "source") if isinstance(block.get(name), str))
+        return [{"type": "text", "text": f"{heading}\n{texts}" if heading else texts}]
+    notes.extras(block, ("type", "source", "title", "context", "citations"), where)
+    source: dict = block["source"] if isinstance(block.get("source"), dict) else {}
+    if source.get("type") == "text":  # a plain-text document is its text
+        _need(isinstance(source.get("data"), str), f"{where}.source.data", "must be a string.")
+        return [{"type": "text", "text": source["data"]}]
+    if source.get("type") == "content":
+        text, _ = _result(source.get("content"), f"{where}.source.content", notes)
+        return [{"type": "text", "text": text}]
+    if source.get("type") != "base64" or source.get("media_type") != "application/pdf":
+        notes.refuse(where, "documents reach this model as text, content or base64 PDF sources only.")
+        return []
+    _need(isinstance(source.get("data"), str), f"{where}.source.data", "must be a base64 string.")
+    return [{"type": "file", "file": {"filename": "document.pdf",
+                                      "file_data": f"data:application/pdf;base64,{source['data']}"}}]
+
+
+def _result(content, where: str, notes: Translation) -> tuple[str, list[dict]]:
+    """A tool result's (or a search result's) content: (its text, the image parts it holds)."""
     if content is None or isinstance(content, str):
-        return content or ""
-    _need(isinstance(content, list), where, "must be a string or an array of text blocks.")
-    texts = []
+        return content or "", []
+    _need(isinstance(content, list), where, "must be a string or an array of content blocks.")
+    texts: list[str] = []
+    images: list[dict] = []
     for index, block in enumerate(content):
-        if not (isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str)):
-            raise _unsupported(f"{where}.{index}", "tool results are supported as text only.")
-        texts.append(block["text"])
-    return "\n".join(texts)
+        at = f"{where}.{index}"
+        _need(isinstance(block, dict) and isinstance(block.get("type"), str), at, "must be a content block.")
+        if block["type"] in ("text", "document", "search_result"):
+            texts.extend(part["text"] for part in _part(block, at, notes) if part["type"] == "text")
+        elif block["type"] == "image":
+            images.extend(_part(block, at, notes))
+        else:
+            notes.drop(at)  # a tool reference of Anthropic's tool search, say
+    return "\n".join(texts), images
 
 
-def _source_url(source, where: str) -> str:
-    """An image source as the URL OpenAI's image part takes: a data URL for base64, the URL itself for a url."""
+def _source_url(source, where: str, notes: Translation) -> str | None:
+    """An image source as the URL OpenAI's image part takes: a data URL for base64, the URL itself for a url;
+    None for a source only Anthropic reads (a file id), refused for the other types."""
     _need(isinstance(source, dict), f"{where}.source", "must be an object.")
     if source.get("type") == "base64":
         _need(isinstance(source.get("media_type"), str) and isinstance(source.get("data"), str),
@@ -243,43 +381,60 @@ def _source_url(source, where: str) -> str:
     if source.get("type") == "url":
         _need(isinstance(source.get("url"), str), f"{where}.source.url", "must be a string.")
         return source["url"]
-    raise _unsupported(f"{where}.source", "images are supported as base64 or url sources.")
+    notes.refuse(f"{where}.source", "images reach this model as base64 or url sources only.")
+    return None
 
 
-def _assistant(blocks: list) -> list[dict]:
+def _assistant(blocks: list, notes: Translation) -> list[dict]:
     texts, calls = [], []
     for block, where in blocks:
         kind = block["type"]
         if kind == "text":
             _need(isinstance(block.get("text"), str), f"{where}.text", "must be a string.")
+            notes.extras(block, ("type", "text", "citations"), where)
             texts.append(block["text"])
         elif kind == "tool_use":
             _need(isinstance(block.get("name"), str) and bool(block["name"]), f"{where}.name", "is required.")
             _need(isinstance(block.get("input", {}), dict), f"{where}.input", "must be an object.")
+            notes.extras(block, ("type", "id", "name", "input", "caller"), where)
             calls.append({"id": block["id"] if isinstance(block.get("id"), str) and block["id"] else tool_call_id(),
                           "type": "function", "function": {"name": block["name"], "arguments": json.dumps(
                               block.get("input") or {}, ensure_ascii=False)}})
-        elif kind in ("thinking", "redacted_thinking"):
-            continue  # an earlier turn's reasoning: the answer it led to is what the next turn needs
         else:
-            raise _unsupported(where, f"content blocks of type {kind!r} are not supported in assistant turns.")
+            # An earlier turn's reasoning (with its signature) or a server tool's work: Anthropic's alone. The
+            # answer it led to is what the next turn needs.
+            notes.drop(where)
     message: dict = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
     if calls:
         message["tool_calls"] = calls
     return [message]
 
 
-def _tool(tool, where: str, walk: SchemaWalk) -> dict:
+def _tool(tool, where: str, walk: SchemaWalk, notes: Translation) -> dict | None:
+    """A client tool as an OpenAI function; None for a tool left out: one of Anthropic's own types (its server
+    tools, or its versioned client tools whose schema only Anthropic knows), named ``tools:<type>``, and one
+    marked defer_loading (the tool search's placeholder, not a tool to call), named ``tools:<name>``."""
     _need(isinstance(tool, dict), where, "must be an object.")
-    if tool.get("type") not in (None, "custom"):
-        raise _unsupported(where, f"tools of type {tool.get('type')!r} are not supported; only client tools "
-                                  f"(name, description, input_schema) are.")
+    kind = tool.get("type")
+    if kind not in (None, "custom"):
+        _need(isinstance(kind, str), f"{where}.type", "must be a string.")
+        notes.drop(f"tools:{kind}")
+        if isinstance(tool.get("name"), str):
+            notes.tools_left_out.add(tool["name"])
+        return None
     _need(isinstance(tool.get("name"), str) and bool(tool["name"]), f"{where}.name", "is required.")
+    if tool.get("defer_loading") is True:
+        notes.drop(f"tools:{tool['name']}")
+        notes.tools_left_out.add(tool["name"])
+        return None
     _need(isinstance(tool.get("input_schema"), dict), f"{where}.input_schema", "must be a JSON schema object.")
     walk.check(tool["input_schema"], f"{where}.input_schema")  # malformed or too large: a 400 naming the member
+    notes.extras(tool, ("type", "name", "description", "input_schema", "strict", "defer_loading"), where)
     function = {"name": tool["name"], "parameters": tool["input_schema"]}
     if isinstance(tool.get("description"), str):
         function["description"] = tool["description"]
+    if isinstance(tool.get("strict"), bool):
+        function["strict"] = tool["strict"]
     return {"type": "function", "function": function}
 
 
@@ -289,7 +444,7 @@ def _count_image_urls(messages: list) -> None:
     found = 0
     for index, message in enumerate(messages):
         for position, block in enumerate(message["content"] if isinstance(message["content"], list) else ()):
-            source = block.get("source") if block["type"] == "image" else None
+            source = block.get("source") if block.get("type") == "image" else None
             if isinstance(source, dict) and source.get("type") == "url":
                 found += 1
                 if found > settings.MAX_CHAT_IMAGE_URLS:
@@ -299,7 +454,10 @@ def _count_image_urls(messages: list) -> None:
                                          f"sources, or in another request.", param=where)
 
 
-def _tool_choice(choice) -> dict:
+def _tool_choice(choice, names: set[str], notes: Translation) -> dict:
+    """Anthropic's tool_choice as OpenAI's. One that needs a tool the translation left out (every tool, or the
+    named one) is left out and named: the model then answers in text, as it may anyway. One naming a tool the
+    request never had goes on, for the upstream to refuse as Anthropic would."""
     _need(isinstance(choice, dict), "tool_choice", "must be an object with a type.")
     kind = choice.get("type")
     if kind == "tool":
@@ -308,6 +466,11 @@ def _tool_choice(choice) -> dict:
     else:
         _need(kind in ("auto", "any", "none"), "tool_choice.type", "must be 'auto', 'any', 'tool' or 'none'.")
         found = {"tool_choice": {"auto": "auto", "any": "required", "none": "none"}[kind]}
+    if kind in ("auto", "none") and not names:
+        return {}  # nothing to choose from: asks for nothing
+    if (not names and notes.tools_left_out) or (kind == "tool" and choice["name"] in notes.tools_left_out):
+        notes.drop("tool_choice")
+        return {}
     if choice.get("disable_parallel_tool_use") is True:
         found["parallel_tool_calls"] = False
     return found
@@ -347,33 +510,64 @@ def _tool_input(arguments) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def refuse_before_charge(model: AiModel, params: dict, translation: Translation) -> None:
+    """Refuse, before any credit is taken, a request no deployment of the model's pool can serve: an anthropic
+    deployment takes the request as it came; the others take the translation (gateway.upstream.honour)."""
+    if translation.refusal is not None and not any(d.provider.type == "anthropic" for d in model.pool):
+        raise translation.refusal
+    honour.refuse_before_charge(model, params, passed_through=("anthropic",))
+
+
 class AnthropicDialect(ChatDialect):
     """A Messages request (``body``, as the client sent it): passed through as it is to an anthropic
-    deployment, translated for any other; the answer in Anthropic's shapes either way."""
+    deployment, translated for any other (``params``, with what the translation left out in
+    ``translation``); the answer in Anthropic's shapes either way."""
 
-    def __init__(self, body: dict | None = None, *, beta: str = ""):
+    def __init__(self, body: dict | None = None, *, beta: str = "", params: dict | None = None,
+                 translation: Translation | None = None):
         self.body = body or {}
-        self.anthropic_only = anthropic_only(self.body)
+        self.params = params or {}
+        self.translation = translation or Translation()
         # The client's anthropic-beta header goes with the request it concerns, to anthropic deployments.
         self.headers = {"anthropic-beta": beta} if beta else {}
 
     def complete(self, client, payload: dict) -> dict:
         if getattr(client, "passes_through", False):
             return client.messages(self.body, headers=self.headers)
-        self.refuse_anthropic_only()
-        return client.chat(payload)
+        self.name_left_out(client)
+        try:
+            return client.chat(payload)
+        finally:
+            self.rename(client)
 
     def stream(self, client, payload: dict):
         if getattr(client, "passes_through", False):
             return client.messages_stream(self.body, headers=self.headers)
-        self.refuse_anthropic_only()
-        return client.chat_stream(payload)
+        self.name_left_out(client)
+        try:
+            return client.chat_stream(payload)
+        finally:
+            self.rename(client)
 
-    def refuse_anthropic_only(self) -> None:
-        """A deployment of another type cannot honour what only Anthropic's API takes: the request moves on
-        to the pool's next deployment, and is a 400 naming the parameter when none is left."""
-        for name, why in self.anthropic_only.items():
-            raise _unsupported(name, why)
+    def name_left_out(self, client) -> None:
+        """A deployment of another type gets the translation: what only Anthropic's API honours was left out
+        of it, and the attempt names it (X-Gateway-Ignored), the beta header included. What nothing can stand
+        in for is refused: the request moves on to the pool's next deployment."""
+        if self.translation.refusal is not None:
+            raise self.translation.refusal
+        client.ignored[:0] = [*self.translation.dropped, *(["anthropic-beta"] if self.headers else [])]
+
+    def rename(self, client) -> None:
+        """What the adapter left out of the translation, by the client's own member: the upstream that cannot
+        think was asked through thinking (or output_config.effort), not reasoning_effort."""
+        words = {"reasoning_effort": self.translation.reasoning_from or "thinking",
+                 "parallel_tool_calls": "tool_choice.disable_parallel_tool_use"}
+        client.ignored[:] = [words.get(name, name) for name in client.ignored]
+
+    def input_tokens(self) -> int:
+        """The gateway's own count of the request's input (as services.estimate_chat_tokens counts it)."""
+        messages, tools = self.params.get("messages") or [], self.params.get("tools")
+        return count_tokens(prompt_text(messages)) + (count_tokens(json.dumps(tools)) if tools else 0)
 
     def answer(self, completion: dict, *, input_tokens: int, output_tokens: int, cached: int) -> dict:
         """A chat.completion as Anthropic's message object (its first choice: a Messages request asks for one),
@@ -404,7 +598,7 @@ class AnthropicDialect(ChatDialect):
                                         "prompt_tokens_details": {"cached_tokens": cached}})}
 
     def events(self) -> "AnthropicEvents":
-        return AnthropicEvents()
+        return AnthropicEvents(input_tokens=self.input_tokens)
 
 
 def _sse(kind: str, data: dict) -> bytes:
@@ -416,9 +610,17 @@ class AnthropicEvents(OpenAIEvents):
     """Chat chunks as Anthropic's event stream, as they arrive: ``message_start`` (and a ``ping``) with the
     first, then a content block per text run and per tool call (``content_block_start``, ``_delta``,
     ``_stop``), and at the end ``message_delta`` with the stop reason and the usage, and ``message_stop``.
-    An error once the stream is under way is one ``error`` event, as Anthropic sends it."""
+    An error once the stream is under way is one ``error`` event, as Anthropic sends it.
 
-    def __init__(self):
+    ``message_start`` carries the input-token count (Claude Code prices and compacts its conversation from
+    it): the upstream's when its first chunk has usage, else the gateway's own count (``input_tokens``).
+    ``message_delta`` carries the final figures: the metered usage chunk, or the counts made here when the
+    upstream reported none."""
+
+    def __init__(self, input_tokens: Callable[[], int] | None = None):
+        self.count_input = input_tokens
+        self.input_tokens = 0  # as message_start said it
+        self.reply = ReplyTokens()  # the answer's text and tool arguments, should no usage come
         self.started = False
         self.index = -1  # the content block open now (-1: none yet)
         self.open: str | None = None
@@ -458,7 +660,7 @@ class AnthropicEvents(OpenAIEvents):
             events += [_sse("message_start", {"type": "message_start", "message": {
                 "id": message_id(chunk.get("id")), "type": "message", "role": "assistant", "model": chunk.get("model"),
                 "content": [], "stop_reason": None, "stop_sequence": None,
-                "usage": {"input_tokens": 0, "output_tokens": 0}}}), _sse("ping", {"type": "ping"})]
+                "usage": self._start_usage(chunk.get("usage"))}}), _sse("ping", {"type": "ping"})]
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
         choices = [choice for choice in chunk.get("choices") or () if isinstance(choice, dict)]
@@ -467,6 +669,7 @@ class AnthropicEvents(OpenAIEvents):
             if not isinstance(delta, dict):
                 delta = {}
             if isinstance(delta.get("content"), str) and delta["content"]:
+                self.reply.add(delta["content"])
                 if self.open != "text":
                     events += self._start_block({"type": "text", "text": ""})
                 events.append(self._delta({"type": "text_delta", "text": delta["content"]}, self.index))
@@ -491,9 +694,26 @@ class AnthropicEvents(OpenAIEvents):
                                          "name": function.get("name") or "", "input": {}})
             self.tools[position] = self.index
         if isinstance(function.get("arguments"), str) and function["arguments"]:
+            self.reply.add(function["arguments"])
             events.append(self._delta({"type": "input_json_delta", "partial_json": function["arguments"]},
                                       self.tools[position]))
         return events
+
+    def _start_usage(self, usage) -> dict:
+        """message_start's usage: the input the upstream counted, if its first chunk says, else the gateway's
+        own count; one output token, the first, as Anthropic counts it there."""
+        counted = message_usage(usage)
+        if not (isinstance(usage, dict) and type(usage.get("prompt_tokens")) is int):
+            counted["input_tokens"] = self.count_input() if self.count_input else 0
+        self.input_tokens = counted["input_tokens"]
+        return {**counted, "output_tokens": 1}
+
+    def _final_usage(self) -> dict:
+        """message_delta's usage: the metered usage chunk's figures, else the counts made here."""
+        if self.usage:
+            return message_usage(self.usage)
+        return {"input_tokens": self.input_tokens, "output_tokens": self.reply.tokens(),
+                "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
 
     @staticmethod
     def _delta(delta: dict, index: int) -> bytes:
@@ -508,6 +728,6 @@ class AnthropicEvents(OpenAIEvents):
         events = self._close_block()
         events.append(_sse("message_delta", {"type": "message_delta", "delta": {
             "stop_reason": stop_reason(self.finish, bool(self.tools)), "stop_sequence": None},
-            "usage": message_usage(self.usage)}))
+            "usage": self._final_usage()}))
         events.append(_sse("message_stop", {"type": "message_stop"}))
         return b"".join(events)

@@ -60,6 +60,9 @@ SPEECH_DEFAULTS = {"response_format": "mp3", "speed": 1.0}
 SPEECH_SPEED = (0.25, 4.0)
 SPEECH_INPUT_MAX = 4096
 EMBEDDING_FORMATS = ("float", "base64")
+# OpenAI's reasoning efforts, weakest first (the openai SDK's ReasoningEffort); gateway.upstream.honour
+# says what each is worth to the upstreams that count a thinking budget in tokens.
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 
 
 def _anything_but(*values) -> dict:
@@ -294,9 +297,29 @@ class ResponseFormat(StrictJsonObjectField):
         return data
 
 
+@extend_schema_field({"type": "object", "maxProperties": 16, "propertyNames": {"maxLength": 64},
+                      "additionalProperties": {"type": "string", "maxLength": 512}})
+class ChatMetadata(serializers.Field):
+    """OpenAI's metadata: at most 16 pairs of strings (keys of at most 64 characters, values of at most 512)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict) or len(data) > 16:
+            fail("Must be an object of at most 16 string values.")
+        for name, value in data.items():
+            if len(name) > 64 or not isinstance(value, str) or len(value) > 512:
+                raise ValidationError({name: [ErrorDetail("Keys have at most 64 characters and values are strings "
+                                                          "of at most 512.", code="invalid")]})
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
 class ChatCompletionRequest(StrictSerializer):
     """The OpenAI chat parameters the gateway validates and forwards; any other member is refused
-    with unknown_parameter. stream_options only goes with stream: true."""
+    with unknown_parameter, as OpenAI refuses it. stream_options only goes with stream: true. A
+    deployment of another type than openai or azure translates what it can (reasoning_effort), and
+    leaves out and names in X-Gateway-Ignored what it has no use for (docs/providers.md)."""
 
     schema_rules = {**StrictSerializer.schema_rules, "anyOf": [
         {"required": ["stream"], "properties": {"stream": {"enum": [True]}}},
@@ -326,6 +349,22 @@ class ChatCompletionRequest(StrictSerializer):
     logprobs = optional(StrictBooleanField)
     top_logprobs = optional(StrictIntegerField, min_value=0, max_value=20)
     parallel_tool_calls = optional(StrictBooleanField)
+    # The members agent clients and the openai SDK send for OpenAI's own features: passed on unchanged to
+    # openai and azure deployments, translated or left out and named by the others (gateway.upstream.honour).
+    reasoning_effort = optional(StrictChoiceField, choices=EFFORTS)
+    verbosity = optional(StrictChoiceField, choices=("low", "medium", "high"))
+    service_tier = optional(StrictCharField, max_length=40)
+    metadata = optional(ChatMetadata)
+    store = optional(StrictBooleanField)
+    prompt_cache_key = optional(StrictCharField, max_length=1024)
+    prompt_cache_options = optional(StrictJsonObjectField)
+    prompt_cache_retention = optional(StrictCharField, max_length=40)
+    safety_identifier = optional(StrictCharField, max_length=256)
+    modalities = optional(StrictListField, child=StrictChoiceField(choices=("text", "audio")), max_length=2)
+    audio = optional(StrictJsonObjectField)
+    prediction = optional(StrictJsonObjectField)
+    web_search_options = optional(StrictJsonObjectField)
+    moderation = optional(StrictJsonObjectField)
 
     def validate(self, attrs):
         if attrs.get("stream_options") is not None and not attrs.get("stream"):

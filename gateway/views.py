@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 from gateway import idempotency, media, messages, routing, serializers, services
 from keys.auth import BearerKeyAuthentication, HasApiKey
 from gateway.notes import RequestNotes, notes_of
+from gateway.upstream import honour
 from keys import limits
 from keys.models import ApiKey
 from models_catalog import catalog
@@ -203,6 +204,9 @@ class ChatCompletionsView(MeteredView):
     request_serializer = serializers.ChatCompletionRequest
 
     def operate(self, request, params, sent):
+        model = notes_of(request).model
+        if model is not None:  # what no deployment of the pool can serve is refused before the charge (section 8)
+            honour.refuse_before_charge(model, params)
         return services.chat_completion(request=request, key=request.user, params=params)
 
 
@@ -219,20 +223,23 @@ ANTHROPIC_ERRORS = {status: OpenApiResponse(AnthropicErrorBody, description=f"An
                                                                            f"{messages.error_type(status)}")
                     for status in (400, 401, 402, 403, 404, 405, 409, 413, 422, 429, 500, 502, 503, 504)}
 
-# Anthropic's request body as gateway.messages.chat_params reads it: the members it requires, with their
+# Anthropic's request body as gateway.messages.translate reads it: the members it requires, with their
 # types; the translated request is then held to ChatCompletionRequest's ranges. An optional member sent as
-# null counts as left out. A member it does not know goes on to an anthropic deployment as it is (and is
-# refused by any other), so a Messages body stays open; count_tokens refuses unknown members, so its body
-# is closed.
+# null counts as left out. A member it does not translate goes on to an anthropic deployment as it is and is
+# left out and named (X-Gateway-Ignored) by any other, so both bodies stay open; count_tokens counts the
+# conversation, the system prompt and the tools.
 ANTHROPIC_MESSAGE = {
     "type": "object", "required": ["role", "content"],
     "properties": {
-        "role": {"type": "string", "enum": ["user", "assistant"]},
+        "role": {"type": "string", "enum": ["user", "assistant", "system"],
+                 "description": "A system message among the turns (Claude Code's reminders) stands where it is."},
         "content": {"oneOf": [
             {"type": "string"},
-            {"type": "array", "minItems": 1, "description": "Content blocks: text, image, document and "
-                                                             "tool_result in user turns, text and tool_use in "
-                                                             "assistant turns.",
+            {"type": "array", "minItems": 1, "description": "Content blocks: text, image, document, "
+                                                             "search_result and tool_result in user turns, text "
+                                                             "and tool_use in assistant turns; other blocks "
+                                                             "(thinking, server tools') reach anthropic "
+                                                             "deployments only.",
              "items": {"type": "object", "required": ["type"], "properties": {"type": {"type": "string"}}}}]},
     },
 }
@@ -242,11 +249,16 @@ ANTHROPIC_COMMON = {
     "messages": {"type": "array", "minItems": 1, "maxItems": settings.MAX_CHAT_MESSAGES, "items": ANTHROPIC_MESSAGE},
     "system": {"nullable": True, "oneOf": [
         {"type": "string"},
-        {"type": "array", "items": {"type": "object", "required": ["type", "text"],
-                                    "properties": {"type": {"type": "string", "enum": ["text"]},
-                                                   "text": {"type": "string"}}}}]},
-    "tools": {"type": "array", "nullable": True, "description": "Client tools: name, description, input_schema.",
-              "items": {"type": "object", "required": ["name", "input_schema"]}},
+        {"type": "array", "description": "Text blocks (a block of another type is left out).",
+         "items": {"type": "object", "required": ["type"], "properties": {"type": {"type": "string"}},
+                   "anyOf": [{"properties": {"type": {"not": {"enum": ["text"]}}}},
+                             {"required": ["text"], "properties": {"text": {"type": "string"}}}]}}]},
+    "tools": {"type": "array", "nullable": True,
+              "description": "Client tools (name, description, input_schema); tools of Anthropic's own types and "
+                             "tools marked defer_loading reach anthropic deployments only.",
+              "items": {"type": "object", "anyOf": [{"required": ["name", "input_schema"]},
+                                                    {"required": ["type"], "properties": {"type": {"type": "string",
+                                                                                          "not": {"enum": ["custom"]}}}}]}},
     "tool_choice": {"type": "object", "nullable": True, "required": ["type"],
                     "properties": {"type": {"type": "string", "enum": ["auto", "any", "tool", "none"]},
                                    "name": {"type": "string", "minLength": 1,
@@ -257,7 +269,8 @@ ANTHROPIC_COMMON = {
 MESSAGES_REQUEST = {
     "type": "object", "required": ["model", "messages", "max_tokens"],
     "description": "Anthropic's Messages request. Members not listed reach the model's anthropic deployments as "
-                   "they are; any other deployment refuses them with unknown_parameter.",
+                   "they are; a deployment of another type goes without them and names them in the answer's "
+                   "X-Gateway-Ignored header.",
     "properties": {
         **ANTHROPIC_COMMON,
         "max_tokens": {"type": "integer", "minimum": 1},
@@ -270,7 +283,7 @@ MESSAGES_REQUEST = {
     },
 }
 COUNT_TOKENS_REQUEST = {
-    "type": "object", "required": ["model", "messages"], "additionalProperties": False,
+    "type": "object", "required": ["model", "messages"],
     "description": "Anthropic's count_tokens request: a Messages request without max_tokens and the generation "
                    "members.",
     "properties": ANTHROPIC_COMMON,
@@ -302,12 +315,17 @@ class MessagesView(MeteredView):
 
     def validate(self, body):
         self.anthropic_body = body  # passed through as it is to an anthropic deployment
-        return super().validate(messages.chat_params(body))
+        params, self.translation = messages.translate(body)  # and what the other types cannot honour
+        return super().validate(params)
 
     def operate(self, request, params, sent):
         beta = messages.beta_header(request.META.get("HTTP_ANTHROPIC_BETA", ""))
-        return services.chat_completion(request=request, key=request.user, params=params,
-                                        dialect=messages.AnthropicDialect(self.anthropic_body, beta=beta))
+        model = notes_of(request).model
+        if model is not None:  # what no deployment of the pool can serve is refused before the charge
+            messages.refuse_before_charge(model, params, self.translation)
+        dialect = messages.AnthropicDialect(self.anthropic_body, beta=beta, params=params,
+                                            translation=self.translation)
+        return services.chat_completion(request=request, key=request.user, params=params, dialect=dialect)
 
 
 @extend_schema_view(post=extend_schema(
@@ -332,7 +350,11 @@ class CountTokensView(KeyLimitedView):
         if len(request.body) > settings.COUNT_TOKENS_MAX_BYTES:
             raise RequestTooLarge(f"The request body is larger than {settings.COUNT_TOKENS_MAX_BYTES} bytes, the "
                                   f"most /v1/messages/count_tokens takes.")
-        params = messages.chat_params(parse_json_object(request.body), counting=True)
+        body = parse_json_object(request.body)
+        if isinstance(body.get("model"), str):
+            # A model the gateway does not serve is what the client learns first, whatever else its body holds.
+            services.resolve_model(key=request.user, operation="chat", model_id=body["model"])
+        params = messages.chat_params(body, counting=True)
         params, _ = serializers.ChatCompletionRequest(data=params).validated()
         return Response({"input_tokens": services.estimate_chat_tokens(key=request.user, params=params)})
 

@@ -22,6 +22,7 @@ from typing import Any
 from gateway.json_schemas import SchemaWalk
 from gateway.upstream import register
 from gateway.upstream.base import HttpAdapter
+from gateway.upstream.honour import REFUSALS, SERVER_FEATURES, name_left_out, refuse_audio_output, thinking_budget
 from gateway.upstream.shapes import (
     EVENT_NAME,
     Malformed,
@@ -79,7 +80,8 @@ class AnthropicAdapter(HttpAdapter):
 
     def request(self, payload: dict[str, Any], *, stream: bool) -> dict[str, Any]:
         default = getattr(self.provider, "max_tokens_default", None) or DEFAULT_MAX_TOKENS
-        request = messages_request(payload, model=self.upstream_model, max_tokens_default=default)
+        request = messages_request(payload, model=self.upstream_model, max_tokens_default=default,
+                                   ignored=self.ignored)
         if stream:
             request["stream"] = True
         return request
@@ -150,9 +152,12 @@ class AnthropicAdapter(HttpAdapter):
 
 # ---------------------------------------------------------------- the request
 
-def messages_request(payload: dict[str, Any], *, model: str, max_tokens_default: int) -> dict[str, Any]:
-    """A Messages API request for an OpenAI-shaped chat request; a parameter Anthropic cannot honour raises."""
+def messages_request(payload: dict[str, Any], *, model: str, max_tokens_default: int,
+                     ignored: list[str] | None = None) -> dict[str, Any]:
+    """A Messages API request for an OpenAI-shaped chat request. A parameter whose absence would change the
+    answer's shape raises; one Anthropic has no use for is left out and named in ``ignored`` (honour)."""
     refuse_unsupported(payload)
+    name_left_out(payload, ignored, LEFT_OUT)
     system, messages = conversation(payload["messages"])
     request: dict[str, Any] = {"model": model, "messages": messages,
                      "max_tokens": payload.get("max_completion_tokens") or payload.get("max_tokens")
@@ -162,6 +167,16 @@ def messages_request(payload: dict[str, Any], *, model: str, max_tokens_default:
     for name in ("temperature", "top_p"):
         if payload.get(name) is not None:
             request[name] = payload[name]
+    schema = answer_schema(payload.get("response_format"))
+    if schema is not None:  # Anthropic's structured outputs
+        request["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
+    budget = thinking_budget(payload.get("reasoning_effort"))
+    if budget is not None:
+        if can_think(payload, request["max_tokens"]):
+            # Anthropic's budget is part of max_tokens and must stay below it.
+            request["thinking"] = {"type": "enabled", "budget_tokens": min(budget, request["max_tokens"] - 1)}
+        elif ignored is not None:
+            ignored.append("reasoning_effort")
     stop = payload.get("stop")
     if stop:
         request["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
@@ -177,23 +192,59 @@ def messages_request(payload: dict[str, Any], *, model: str, max_tokens_default:
     return request
 
 
+# What Anthropic's Messages API has no use for and an answer of the same shape does without: OpenAI's own
+# server features, and the sampling knobs Anthropic does not have.
+LEFT_OUT = (*SERVER_FEATURES, "logit_bias", "seed", "presence_penalty", "frequency_penalty")
+# The smallest thinking budget Anthropic takes.
+MIN_THINKING_BUDGET = 1024
+
+
+def can_think(payload: dict[str, Any], max_tokens: int) -> bool:
+    """Whether Anthropic takes extended thinking with the rest of the request: room for the smallest budget
+    below max_tokens, no sampling changed (thinking takes no temperature but 1 and no top_p below 0.95),
+    no tool forced, and not in the middle of a tool call's round trip, where Anthropic wants the earlier
+    turn's thinking block back, which an OpenAI-shaped conversation does not carry."""
+    if max_tokens <= MIN_THINKING_BUDGET:
+        return False
+    if payload.get("temperature") not in (None, 1) or (payload.get("top_p") or 1) < 0.95:
+        return False
+    if payload.get("tool_choice") not in (None, "auto", "none"):
+        return False
+    for message in reversed(payload["messages"]):
+        if message["role"] != "tool":
+            return not (message["role"] == "assistant" and (message.get("tool_calls") or message.get("function_call")))
+    return True
+
+
+def answer_schema(response_format: Any) -> dict[str, Any] | None:
+    """The JSON schema of a ``json_schema`` response format: what Anthropic's structured outputs
+    (``output_config.format``) take; None for any other format."""
+    if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
+        return None
+    spec = response_format.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    return schema if isinstance(schema, dict) else None
+
+
 def refuse_unsupported(payload: dict[str, Any]) -> None:
-    """What the Messages API has no way to do. Asking for nothing of it (n of 1, logprobs false, a text
-    response format, an empty logit_bias) is honoured by doing nothing, so it is not refused."""
+    """What the Messages API has no way to do and the client would miss in the answer it parses (several
+    choices, log probabilities, a JSON answer, audio). Asking for nothing of it (n of 1, logprobs false, a
+    text response format) is honoured by doing nothing, so it is not refused."""
     if (payload.get("n") or 1) > 1:
         raise _unsupported("n", "Anthropic answers with one choice per request")
     if payload.get("logprobs") or payload.get("top_logprobs"):
         raise _unsupported("logprobs" if payload.get("logprobs") else "top_logprobs",
                            "Anthropic does not return log probabilities")
-    for name in ("logit_bias", "seed", "presence_penalty", "frequency_penalty"):
-        if payload.get(name):
-            raise _unsupported(name, "Anthropic's Messages API has no such parameter")
+    refuse_audio_output(payload)
     response_format = payload.get("response_format")
-    if response_format and response_format.get("type") != "text":
-        raise _unsupported("response_format", "Anthropic's Messages API has no JSON mode; describe the JSON "
-                                              "wanted in the prompt, or use a tool")
+    if response_format and response_format.get("type") != "text" and answer_schema(response_format) is None:
+        raise _unsupported("response_format", "Anthropic's Messages API has no JSON mode; give a json_schema "
+                                              "format, describe the JSON wanted in the prompt, or use a tool")
     if payload.get("temperature") is not None and payload["temperature"] > 1:
         raise _unsupported("temperature", "Anthropic takes a temperature from 0 to 1")
+
+
+REFUSALS["anthropic"] = refuse_unsupported
 
 
 def _unsupported(param: str, why: str) -> UnsupportedParameter:
@@ -245,8 +296,10 @@ def tool_id(value: Any) -> str:
 
 def conversation(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(system blocks, messages). System and developer messages become the system prompt, wherever they
-    stand; assistant tool calls become tool_use blocks and tool messages tool_result blocks, the results
-    in a row joined into one user turn; turns of one role in a row are merged (Anthropic's turns alternate)."""
+    stand (one in mid-conversation is folded into it: the form every release of Anthropic's API takes; a
+    Messages client's own system turns reach an anthropic deployment as they came, gateway.messages);
+    assistant tool calls become tool_use blocks and tool messages tool_result blocks, the results in a row
+    joined into one user turn; turns of one role in a row are merged (Anthropic's turns alternate)."""
     system: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
     for index, message in enumerate(messages):

@@ -29,6 +29,7 @@ from django.conf import settings
 from gateway.json_schemas import MAX_DEPTH, Schema, SchemaWalk
 from gateway.upstream import register
 from gateway.upstream.base import HttpAdapter
+from gateway.upstream.honour import REFUSALS, SERVER_FEATURES, name_left_out, refuse_audio_output, thinking_budget
 from gateway.upstream.shapes import (
     ChunkStream,
     Malformed,
@@ -156,12 +157,12 @@ class GeminiAdapter(HttpAdapter):
     # -- operations
 
     def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
-        request = generate_request(payload, self.fetch_image)
+        request = generate_request(payload, self.fetch_image, self.ignored)
         body = self.transport.post_json(self.path("generateContent"), request)
         return completion(body, model=self.upstream_model, malformed=self.transport.malformed)
 
     def chat_stream(self, payload: dict[str, Any]) -> ChunkStream:
-        request = generate_request(payload, self.fetch_image)
+        request = generate_request(payload, self.fetch_image, self.ignored)
         events = self.transport.stream(self.path("streamGenerateContent") + "?alt=sse", request)
         usage = bool((payload.get("stream_options") or {}).get("include_usage"))
         return ChunkStream(self._chunks(events, candidates=payload.get("n") or 1, usage=usage), events.close)
@@ -243,9 +244,14 @@ class GeminiAdapter(HttpAdapter):
 
 # ---------------------------------------------------------------- the request
 
-def generate_request(payload: dict[str, Any], fetch_image: Callable[[str, str], dict[str, Any]]) -> dict[str, Any]:
-    """A GenerateContentRequest for an OpenAI-shaped chat request; a parameter Gemini cannot honour raises."""
+def generate_request(payload: dict[str, Any], fetch_image: Callable[[str, str], dict[str, Any]],
+                     ignored: list[str] | None = None) -> dict[str, Any]:
+    """A GenerateContentRequest for an OpenAI-shaped chat request. A parameter whose absence would change the
+    answer's shape raises; one Gemini has no use for is left out and named in ``ignored`` (honour)."""
     refuse_unsupported(payload)
+    name_left_out(payload, ignored, LEFT_OUT)
+    if payload.get("parallel_tool_calls") is False and ignored is not None:
+        ignored.append("parallel_tool_calls")  # Gemini cannot be kept from calling several functions at once
     walk = SchemaWalk()  # the request's schemas, all of them within its limits
     tools = payload.get("tools")
     declarations = [declaration(tool, index, walk) for index, tool in enumerate(tools)] if tools else []
@@ -264,15 +270,19 @@ def generate_request(payload: dict[str, Any], fetch_image: Callable[[str, str], 
     return request
 
 
+# What Gemini has no use for and an answer of the same shape does without: OpenAI's own server features,
+# and token biases (Gemini has none). An empty logit_bias asks for nothing, so is not named.
+LEFT_OUT = (*SERVER_FEATURES, "logit_bias")
+
+
 def refuse_unsupported(payload: dict[str, Any]) -> None:
-    """What Gemini has no way to do. Asking for nothing of it (logprobs false, parallel tool calls
-    allowed, an empty logit_bias) is honoured by doing nothing, so it is not refused."""
-    if payload.get("logit_bias"):
-        raise _unsupported("logit_bias", "Gemini has no token biases")
-    if payload.get("parallel_tool_calls") is False:
-        raise _unsupported("parallel_tool_calls", "Gemini cannot be kept from calling several functions at once")
+    """What Gemini has no way to do and the client would miss in the answer it parses (audio output)."""
+    refuse_audio_output(payload)
     if payload.get("top_logprobs") and not payload.get("logprobs"):
         raise InvalidRequest("top_logprobs needs logprobs: true.", param="top_logprobs")
+
+
+REFUSALS["gemini"] = refuse_unsupported
 
 
 def _unsupported(param: str, why: str) -> UnsupportedParameter:
@@ -300,6 +310,10 @@ def generation_config(payload: dict[str, Any], walk: SchemaWalk | None = None) -
     response_format = payload.get("response_format")
     if response_format:
         config.update(response_config(response_format, walk))
+    effort = payload.get("reasoning_effort")
+    if effort is not None:
+        # Gemini counts thinking in tokens (thinkingBudget, which Gemini 3 models also take); "none" is 0.
+        config["thinkingConfig"] = {"thinkingBudget": thinking_budget(effort) or 0}
     return config
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from gateway import local_models
 from gateway.serializers import IMAGE_DEFAULTS, SPEECH_DEFAULTS, image_dimensions
 from gateway.upstream import register
+from gateway.upstream.honour import REFUSALS, name_left_out, refuse_audio_output
 from gateway.upstream.shapes import Audio, ChunkStream, Image, prompt_text
 from gateway.upstream.transport import Deadline
 from models_catalog.models import Deployment
@@ -132,6 +133,9 @@ def _message(answer: local_models.ChatAnswer) -> tuple[dict[str, Any], str]:
         "tool_calls"
 
 
+REFUSALS["local"] = refuse_audio_output
+
+
 @register("local")
 class LocalAdapter:
     def __init__(self, deployment: Deployment, deadline: Deadline):
@@ -139,7 +143,16 @@ class LocalAdapter:
         self.upstream_model = deployment.upstream_name
         self.ignored: list[str] = []  # as HttpAdapter's: what this attempt left out of the request
 
+    def leave_out(self, payload: dict[str, Any]) -> None:
+        """What the local model has no use for (OpenAI's server features, reasoning: it does not think) is
+        named as left out; audio output, which it cannot give, is refused (gateway.upstream.honour)."""
+        refuse_audio_output(payload)
+        name_left_out(payload, self.ignored)
+        if payload.get("reasoning_effort") not in (None, "none"):
+            self.ignored.append("reasoning_effort")
+
     def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
+        self.leave_out(payload)
         answer = _answer(payload)
         message, finish_reason = _message(answer)
         choices = [{"index": index, "message": message, "logprobs": None, "finish_reason": finish_reason}
@@ -150,6 +163,7 @@ class LocalAdapter:
 
     def chat_stream(self, payload: dict[str, Any]) -> ChunkStream:
         # Decided before the stream is made: a request it refuses is an ordinary 400, not a broken stream.
+        self.leave_out(payload)
         return ChunkStream(self._chunks(payload, _answer(payload)), lambda: None)
 
     def _chunks(self, payload: dict[str, Any], answer: local_models.ChatAnswer) -> Iterator[dict[str, Any]]:

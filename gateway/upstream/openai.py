@@ -2,15 +2,19 @@
 deployment's upstream name, and the answer comes back as it is once its shape is checked."""
 import base64
 from urllib.parse import quote
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from gateway.serializers import SPEECH_DEFAULTS
 from gateway.upstream import register
 from gateway.upstream.base import HttpAdapter
-from gateway.upstream.shapes import Audio, ChunkStream, Image
+from gateway.upstream.shapes import EVENT_NAME, PASSED_THROUGH, Audio, ChunkStream, Image, tool_call_id
 from gateway.upstream.transport import EventStream, image_type, json_object
-from utils_app.errors import UpstreamError
+from utils_app.errors import UpstreamError, UpstreamRejected
+
+_T = TypeVar("_T")
+# Members of OpenAI's API that some of its models refuse as unsupported (a 400 naming the member).
+MODEL_DEPENDENT = ("reasoning_effort", "verbosity")
 
 
 @register("openai")
@@ -31,14 +35,34 @@ class OpenAIAdapter(HttpAdapter):
     # -- operations
 
     def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return self._honoured(self._chat, payload)
+
+    def chat_stream(self, payload: dict[str, Any]) -> ChunkStream:
+        return self._honoured(self._chat_stream, payload)
+
+    def _chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         body = self.transport.post_json(self.path("chat"), self.body(payload))
         if not is_completion(body):
             raise self.transport.malformed("completion")
         return body
 
-    def chat_stream(self, payload: dict[str, Any]) -> ChunkStream:
+    def _chat_stream(self, payload: dict[str, Any]) -> ChunkStream:
         events = self.transport.stream(self.path("chat"), self.body(payload))
         return ChunkStream(self._chunks(events), events.close)
+
+    def _honoured(self, call: Callable[[dict[str, Any]], _T], payload: dict[str, Any]) -> _T:
+        """The call, asked again without a member the deployment's model refuses although the API has it (a
+        model without reasoning refuses reasoning_effort, which /v1/messages sends for Claude Code's
+        thinking): left out and named, as CONTRACT section 8 has it. Any other refusal is the answer."""
+        while True:
+            try:
+                return call(payload)
+            except UpstreamRejected as refused:
+                param = refused.param
+                if refused.status != 400 or refused.retry or param not in MODEL_DEPENDENT or param not in payload:
+                    raise
+                self.ignored.append(param)
+                payload = {name: value for name, value in payload.items() if name != param}
 
     def _chunks(self, events: EventStream) -> Iterator[dict[str, Any]]:
         for data in events:

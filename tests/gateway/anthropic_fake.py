@@ -7,7 +7,7 @@ real socket (an HTTP/1.1 server in a thread, like conftest's FakeUpstream), want
 
 Requests are checked as the real API checks them: against the anthropic SDK's own request types
 (pydantic reads its TypedDicts), plus rules the types do not encode and the API enforces (no
-unknown top-level member, only user and assistant turns, no empty text or turn, every tool_use
+unknown top-level member, only user, assistant and system turns, no empty text or turn, every tool_use
 answered by a tool_result at the start of the next user turn, ids of letters, digits, _ and -).
 A request that breaks one gets Anthropic's 400 invalid_request_error, and the reason is kept in
 ``problems``. test_anthropic_fake.py proves the official SDK parses every answer built by the
@@ -25,8 +25,9 @@ from tests.gateway.fake_servers import DROP, FakeHandler, FakeServer, Gate, quot
 
 ANTHROPIC_KEY = "sk-ant-api03-FAKE-anthropic-key-0123456789abcdef"
 ANTHROPIC_KEY_ENV = "GATEWAY_UPSTREAM_ANTHROPIC_KEY"
-REQUEST_FIELDS = {"model", "messages", "max_tokens", "system", "stop_sequences", "temperature", "top_p", "top_k",
-                  "tools", "tool_choice", "stream", "metadata", "thinking", "service_tier", "container",
+# The members the API takes: those the SDK's request type names (output_config, inference_geo…), the sampling
+# members this release's types no longer list, and those its beta features add.
+REQUEST_FIELDS = {*MessageCreateParamsNonStreaming.__annotations__, "temperature", "top_p", "top_k", "stream",
                   "mcp_servers", "context_management"}
 VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
@@ -154,8 +155,8 @@ def check_request(body, problems: list) -> None:
         if not isinstance(turn, dict):
             continue
         role, content = turn.get("role"), turn.get("content")
-        if role not in ("user", "assistant"):
-            problems.append(f"messages.{index}.role: Input should be 'user' or 'assistant'")
+        if role not in ("user", "assistant", "system"):  # a system message among the turns: the SDK's own type
+            problems.append(f"messages.{index}.role: Input should be 'user', 'assistant' or 'system'")
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
         if not blocks:
             problems.append(f"messages.{index}: all messages must have non-empty content")

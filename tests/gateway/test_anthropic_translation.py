@@ -133,8 +133,7 @@ def test_images_and_documents_become_openai_parts():
 
 @pytest.mark.parametrize("body", [
     {"messages": [], "max_tokens": 5, "model": "m", "thinking": {"type": "enabled", "budget_tokens": 1024}},
-    {"messages": [{"role": "user", "content": "x"}], "max_tokens": 5, "model": "m",
-     "tools": [{"type": "web_search_20250305", "name": "web_search"}]},
+    {"messages": [{"role": "user", "content": "x"}], "max_tokens": 5, "model": "m", "thinking": {"type": "always"}},
 ])
 def test_what_the_gateway_cannot_serve_is_refused(body):
     with pytest.raises(InvalidRequest):

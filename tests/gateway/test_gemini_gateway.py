@@ -232,13 +232,15 @@ def test_an_image_url_the_gateway_may_not_fetch_is_a_400_that_costs_nothing(sdk,
 
 @pytest.mark.parametrize("extra, param", [({"logit_bias": {"1734": 5}}, "logit_bias"),
                                           ({"parallel_tool_calls": False, "tools": [WEATHER]}, "parallel_tool_calls")])
-def test_a_parameter_gemini_cannot_honour_is_refused_by_name_and_costs_nothing(sdk, google, gemini, extra, param):
+def test_a_parameter_gemini_cannot_honour_is_left_out_and_named(sdk, google, gemini, extra, param):
+    """CONTRACT section 8: the answer is still one of the shape the client parses without it, so it is left out
+    and named in X-Gateway-Ignored rather than refused."""
     client, key = sdk
-    with pytest.raises(openai.BadRequestError) as refused:
-        client.chat.completions.create(model="gem-chat", messages=HELLO, **extra)
-    assert (refused.value.code, refused.value.param) == ("unsupported_parameter", param)
-    assert gemini.calls == []
-    assert credits_of(key) == 100 and mismatches() == []
+    raw = client.chat.completions.with_raw_response.create(model="gem-chat", messages=HELLO, **extra)
+    assert raw.parse().choices[0].message.content and raw.headers["X-Gateway-Ignored"] == param
+    [call] = gemini.posts()
+    assert call.problems == [] and "parallel_tool_calls" not in json.dumps(call.body)
+    assert credits_of(key) == 99 and mismatches() == []
 
 
 # ---------------------------------------------------------------- failures

@@ -90,8 +90,7 @@ def test_parameters_map_onto_the_generation_config():
 
 
 @pytest.mark.parametrize("payload, param", [
-    ({"logit_bias": {"50256": -100}}, "logit_bias"),
-    ({"parallel_tool_calls": False, "tools": [WEATHER]}, "parallel_tool_calls"),
+    ({"modalities": ["text", "audio"]}, "modalities"),
     ({"response_format": {"type": "grammar"}}, "response_format"),
     ({"tools": [{"type": "custom", "custom": {"name": "x"}}]}, "tools"),
     ({"tools": [WEATHER], "tool_choice": {"type": "allowed_tools", "allowed_tools": {}}}, "tool_choice"),
@@ -103,6 +102,17 @@ def test_what_gemini_cannot_honour_is_refused_naming_the_parameter(payload, para
     with pytest.raises(UnsupportedParameter) as refused:
         generate_request(payload, no_fetch)
     assert (refused.value.status, refused.value.code, refused.value.param) == (400, "unsupported_parameter", param)
+
+
+def test_what_gemini_has_no_use_for_is_left_out_and_named():
+    """CONTRACT section 8: token biases, parallel_tool_calls false and OpenAI's server features leave the answer
+    a correct one of the same shape; they are left out and named, no longer refused."""
+    ignored: list[str] = []
+    sent = generate_request({"messages": [{"role": "user", "content": "Hi"}], "tools": [WEATHER],
+                             "logit_bias": {"50256": -100}, "parallel_tool_calls": False, "store": True,
+                             "prompt_cache_key": "k", "service_tier": "flex"}, no_fetch, ignored)
+    assert "generationConfig" not in sent
+    assert sorted(ignored) == ["logit_bias", "parallel_tool_calls", "prompt_cache_key", "service_tier", "store"]
 
 
 def test_asking_gemini_for_nothing_it_lacks_is_not_refused():

@@ -214,14 +214,17 @@ def test_a_member_this_gateway_does_not_know_and_the_beta_header_reach_an_anthro
     charged_once(key, "anthropic")
 
 
-def test_a_member_only_anthropic_takes_is_refused_by_name_for_another_type_and_costs_nothing(sdk, openai_model):
+def test_a_member_only_anthropic_takes_is_left_out_and_named_for_another_type(sdk, openai_model):
+    """CONTRACT section 8: what another type cannot honour is left out and named (X-Gateway-Ignored), no
+    longer refused: Claude Code sends context_management on every request."""
     client, key = sdk
-    with pytest.raises(anthropic.BadRequestError) as refused:
-        client.messages.create(model="gpt-chat", max_tokens=64, messages=HELLO,
-                               extra_body={"context_management": {"edits": []}})
-    assert refused.value.body["error"]["type"] == "invalid_request_error"
-    assert "context_management" in refused.value.body["error"]["message"]
-    assert openai_model.calls == [] and credits_of(key) == 100 and mismatches() == []
+    openai_model.json("/chat/completions", chat_completion("Hi there!"))
+    raw = client.messages.with_raw_response.create(model="gpt-chat", max_tokens=64, messages=HELLO,
+                                                   extra_body={"context_management": {"edits": []}})
+    assert raw.parse().content[0].text == "Hi there!"
+    assert raw.headers["X-Gateway-Ignored"] == "context_management"
+    assert "context_management" not in openai_model.posts()[0].body
+    charged_once(key, "oa")
 
 
 @pytest.mark.parametrize("beta", ["a b", "x" * 101, "ok,<script>"])
@@ -233,20 +236,27 @@ def test_an_anthropic_beta_header_that_is_not_a_list_of_names_is_a_400(client, c
     assert claude_model.posts() == [] and credits_of(key) == 100
 
 
-def test_what_only_anthropic_takes_skips_a_pools_other_deployments(sdk, claude, upstream, monkeypatch):
-    """A pool of an openai deployment first and an anthropic one after it: a request with top_k goes to the
-    anthropic one; the openai one is never called."""
+def test_what_only_anthropic_takes_reaches_a_pools_anthropic_deployment_and_is_named_by_the_others(
+        sdk, claude, upstream, monkeypatch):
+    """A pool of an openai deployment first and an anthropic one after it: a request with top_k is served by
+    the first, which goes without top_k and names it; once that one is down, the anthropic one gets top_k."""
     client, key = sdk
     monkeypatch.setenv(UPSTREAM_KEY_ENV, UPSTREAM_SECRET)
     monkeypatch.setenv(ANTHROPIC_KEY_ENV, ANTHROPIC_KEY)
     serve("mixed-chat", [(add_provider("oa", upstream.base_url), "gpt-x", 1),
                          (add_anthropic("anthropic", claude), "claude-sonnet-4-5", 2)])
+    upstream.json("/chat/completions", chat_completion("From GPT"))
+    raw = client.messages.with_raw_response.create(model="mixed-chat", max_tokens=64, messages=HELLO,
+                                                   extra_body={"top_k": 3})
+    assert raw.parse().content[0].text == "From GPT" and raw.headers["X-Gateway-Ignored"] == "top_k"
+    assert "top_k" not in upstream.posts()[0].body
+    upstream.json("/chat/completions", {"error": {"message": "down"}}, status=503)
     claude.answer(answer("From Claude"))
-    for _ in range(3):
-        reply = client.messages.create(model="mixed-chat", max_tokens=64, messages=HELLO, extra_body={"top_k": 3})
-        assert reply.content[0].text == "From Claude"
-    assert len(claude.posts()) == 3 and upstream.calls == []
-    assert credits_of(key) == 97 and mismatches() == []
+    raw = client.messages.with_raw_response.create(model="mixed-chat", max_tokens=64, messages=HELLO,
+                                                   extra_body={"top_k": 3})
+    assert raw.parse().content[0].text == "From Claude" and "X-Gateway-Ignored" not in raw.headers
+    assert claude.posts()[0].body["top_k"] == 3
+    assert credits_of(key) == 98 and mismatches() == []
 
 
 def test_a_stream_from_an_openai_deployment_reads_as_anthropics_events(sdk, openai_model):
@@ -439,11 +449,11 @@ def test_an_upstream_that_fails_is_a_502_api_error_that_costs_nothing(sdk, opena
 @pytest.mark.parametrize("body, fragment", [
     ({"model": "gpt-chat", "messages": HELLO}, "max_tokens"),
     ({"model": "gpt-chat", "max_tokens": 5, "messages": []}, "messages"),
-    ({"model": "gpt-chat", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
+    ({"model": "gpt-chat", "max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]}, "messages.0.role"),
     ({"model": "gpt-chat", "max_tokens": "five", "messages": HELLO}, "max_tokens"),
-    ({"model": "gpt-chat", "max_tokens": 5, "messages": HELLO, "top_k": 3}, "top_k"),
-    ({"model": "gpt-chat", "max_tokens": 5, "messages": HELLO, "whatever": 1}, "whatever"),
-    ({"model": "gpt-chat", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "bogus"}]}]},
+    ({"model": "gpt-chat", "max_tokens": 5, "messages": HELLO, "thinking": {"type": "sometimes"}}, "thinking.type"),
+    ({"model": "gpt-chat", "max_tokens": 5, "messages": HELLO, "output_config": "high"}, "output_config"),
+    ({"model": "gpt-chat", "max_tokens": 5, "messages": [{"role": "user", "content": [{"text": "no type"}]}]},
      "messages.0.content.0"),
     ({"model": "gpt-chat", "max_tokens": 5, "messages": HELLO, "tools": [{"name": "x"}]}, "tools.0.input_schema"),
     ({"model": "gpt-chat", "max_tokens": 5, "messages": [{"role": "user", "content": 7}]}, "messages.0.content"),

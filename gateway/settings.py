@@ -93,7 +93,7 @@ MIDDLEWARE = [
 ]
 # The JSON API, authenticated with bearer keys: no cookies, sessions or CSRF there
 # (utils_app.middleware), and CORS on (CORS_URLS_REGEX below names the same prefixes).
-API_PATH_PREFIXES = ("/v1/", "/utils/")
+API_PATH_PREFIXES = ("/v1/", "/utils/", "/v1beta/")  # /v1beta/: Google's Gemini API (gateway/gemini_views.py)
 # What a request on those prefixes passes through (gateway/wsgi.py serves them with a handler of
 # their own): MIDDLEWARE in its order, less the layers that do nothing there (the session, CSRF,
 # authentication, two-factor and messages wrappers step aside on the API, and WhiteNoise serves
@@ -217,7 +217,7 @@ SPECTACULAR_SETTINGS = {
 
 CORS_ALLOW_ALL_ORIGINS = env_str("CORS_ALLOWED_ORIGINS", "*") == "*"
 CORS_ALLOWED_ORIGINS = [] if CORS_ALLOW_ALL_ORIGINS else env_list("CORS_ALLOWED_ORIGINS", "")
-CORS_URLS_REGEX = r"^/(v1|utils)/.*$"
+CORS_URLS_REGEX = r"^/(v1|v1beta|utils)/.*$"
 # Preflights allow the headers clients send: the library's defaults (authorization, content-type…),
 # the gateway's own, those of Anthropic's API, and those the official SDKs add to every request in a
 # browser (their platform and retry headers, OpenAI's organization and project, Anthropic's opt-in to
@@ -225,6 +225,7 @@ CORS_URLS_REGEX = r"^/(v1|utils)/.*$"
 CORS_ALLOW_HEADERS = (
     *cors_default_headers, "idempotency-key", "x-request-id", "x-client-request-id", "x-api-key",
     "anthropic-version", "anthropic-beta", "anthropic-dangerous-direct-browser-access",
+    "x-goog-api-key", "x-goog-api-client",
     "openai-organization", "openai-project", "openai-beta",
     *(f"x-stainless-{name}" for name in (
         "arch", "async", "lang", "os", "package-version", "runtime", "runtime-version", "retry-count",

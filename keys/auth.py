@@ -1,4 +1,5 @@
-"""Bearer-key authentication for DRF views (the key also as x-api-key, for Anthropic's clients)."""
+"""Bearer-key authentication for DRF views (the key also as x-api-key for Anthropic's clients, and as
+x-goog-api-key or ?key= for Google's)."""
 from django.db import DatabaseError
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
@@ -22,11 +23,16 @@ def _bearer_secret(request) -> str | None:
     return secret
 
 
-def _request_secret(request) -> str | None:
-    """The key from ``Authorization: Bearer``, else from ``x-api-key`` (as Anthropic's clients send it)."""
+def _request_secret(request, *, query_key: bool = False) -> str | None:
+    """The key from ``Authorization: Bearer``, else from ``x-api-key`` (as Anthropic's clients send it) or
+    ``x-goog-api-key`` (as Google's do), else, for a view of Google's API (``query_key``), from ``?key=``.
+    A key in a query string is read, never logged (utils_app.logging names the route, not the path)."""
     secret = _bearer_secret(request)
     if secret is None:
-        secret = request.META.get("HTTP_X_API_KEY", "").strip() or None
+        secret = (request.META.get("HTTP_X_API_KEY", "").strip()
+                  or request.META.get("HTTP_X_GOOG_API_KEY", "").strip() or None)
+    if secret is None and query_key:
+        secret = request.GET.get("key", "").strip() or None
     return secret
 
 
@@ -48,7 +54,8 @@ class BearerKeyAuthentication(BaseAuthentication):
     """
 
     def authenticate(self, request):
-        secret = _request_secret(request)
+        view = request.parser_context.get("view")
+        secret = _request_secret(request, query_key=getattr(view, "accepts_query_key", False))
         if secret is None:
             return None
         if not secret.startswith(SECRET_PREFIX) or len(secret) > 200:
@@ -56,7 +63,6 @@ class BearerKeyAuthentication(BaseAuthentication):
         digest = digest_secret(secret)
         if limits.guessing_addresses() and not auth_cache.is_cached(digest):
             limits.refuse_known_guesser(request)
-        view = request.parser_context.get("view")
         if getattr(view, "fresh_key_lookup", False):
             key = ApiKey.objects.filter(digest=digest).first()
         elif getattr(view, "counts_key_limits", False):

@@ -190,10 +190,27 @@ class Attempts:
         self.health = health if health is not None else Health()
         self.tried: set = set()
         self.full: set = set()  # at their rpm cap this minute
+        self.preferred: int | None = None
+
+    def prefer(self, deployment_pk: int | None) -> None:
+        """Try this deployment first while it is available (enabled, not cooling, not yet tried): the one
+        that made the encrypted reasoning a Responses follow-up carries (gateway.responses), which no other
+        deployment can read. Unavailable, it is one candidate among the others, as usual."""
+        self.preferred = deployment_pk
+
+    def _preferred(self) -> Deployment | None:
+        if self.preferred is None or self.preferred in self.tried | self.full:
+            return None
+        for deployment in self.model.pool:
+            if (deployment.pk == self.preferred and not deployment.disabled
+                    and deployment.pk not in self.health.disabled
+                    and self.health.cooling.get(deployment.pk, 0) <= clock.now()):
+                return deployment
+        return None
 
     def next(self) -> Deployment | None:
         while True:
-            deployment = choose(self.model, self.health, skip=self.tried | self.full)
+            deployment = self._preferred() or choose(self.model, self.health, skip=self.tried | self.full)
             if deployment is None:
                 return None
             if deployment.rpm and not _take_slot(deployment):

@@ -178,6 +178,9 @@ NEKO_API_URL = env_url("NEKO_API_URL", "https://nekos.best/api/v2/neko")
 PUBLIC_RATE_LIMIT = env_rate("PUBLIC_RATE_LIMIT", "60/m")
 CATALOG_CACHE_SECONDS = env_float("CATALOG_CACHE_SECONDS", 5.0)
 MEDIA_RETENTION_HOURS = env_int("MEDIA_RETENTION_HOURS", 24, minimum=1)
+# How long the Responses API keeps a stored response for previous_response_id and GET /v1/responses/{id}
+# (gateway.responses); manage.py purge_responses and the ledger sweeper delete older ones.
+RESPONSES_RETENTION_DAYS = env_int("RESPONSES_RETENTION_DAYS", 30, minimum=1)
 
 # The request path (docs/ledger.md): how long a process trusts an authenticated key row,
 # when a pending charge counts as abandoned (longer than any upstream call or stream may

@@ -31,6 +31,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from gateway import metering
+from gateway.models import StoredResponse
 from keys.models import IdempotentRequest, LedgerEntry, SweepMark
 from models_catalog.models import AiModel, Provider
 
@@ -170,6 +171,12 @@ def drop_expired_claims() -> int:
     return deleted
 
 
+def purge_stored_responses() -> int:
+    """The Responses API's retention, kept by the sweeps as well as by manage.py purge_responses."""
+    deleted, _ = StoredResponse.objects.expired().delete()
+    return deleted
+
+
 def sweep() -> tuple[int, int]:
     return settle_stale(older_than=stale_after()), drop_expired_claims()
 
@@ -198,6 +205,9 @@ def _sweep_in_background() -> None:
                         "refunded", abandoned)
         if dropped:
             log.info("ledger sweep: %d expired Idempotency-Key claim(s) dropped", dropped)
+        purged = purge_stored_responses()
+        if purged:
+            log.info("ledger sweep: %d stored response(s) older than RESPONSES_RETENTION_DAYS deleted", purged)
     except Exception:
         log.exception("ledger sweep failed; the next one will try again")
     finally:

@@ -38,3 +38,8 @@ class AzureAdapter(OpenAIAdapter):
     def probe_image(self) -> None:
         # Listing the resource's models proves the secret; an image would cost more than a probe should.
         self.transport.get(f"/openai/models?api-version={quote(self.api_version, safe='')}")
+
+    def responses_path(self) -> str:
+        # Azure's v1 API serves the Responses API at one path for the whole resource, with the deployment's
+        # name as the body's model, and takes no api-version (Azure's own "v1" surface).
+        return "/openai/v1/responses"

@@ -121,6 +121,52 @@ class OpenAIAdapter(HttpAdapter):
         # The name is one path segment whatever it holds ("org/model", "..", "?"): it can lead nowhere else.
         self.transport.get(f"/models/{quote(self.upstream_model, safe='')}")
 
+    # -- OpenAI's Responses API, passed through (CONTRACT section 9; gateway.responses)
+
+    @property
+    def speaks_responses(self) -> bool:
+        """Whether the deployment takes a Responses request as it is (the catalog's ``responses_api``)."""
+        return self.provider.responses_api
+
+    def responses_path(self) -> str:
+        return "/responses"
+
+    def responses(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A Responses request under the deployment's model name, never stored upstream. The answer is its
+        chat translation, for the metering, with the response object itself under PASSED_THROUGH."""
+        answer = self.transport.post_json(self.responses_path(), {**body, "model": self.upstream_model,
+                                                                  "store": False, "stream": False})
+        if not isinstance(answer.get("output"), list) or not all(isinstance(item, dict) for item in answer["output"]):
+            raise self.transport.malformed("response")
+        if answer.get("status") == "failed":
+            raise UpstreamError(f"The upstream provider '{self.name}' failed the response: "
+                                f"{self.transport.clean(str(_error_message(answer.get('error'))))}")
+        return {**responses_completion(answer), PASSED_THROUGH: answer}
+
+    def responses_stream(self, body: dict[str, Any]) -> ChunkStream:
+        """The events of a streamed Responses request, each under PASSED_THROUGH in a chunk that translates
+        what the metering needs (text, tool calls, the finish and the usage) and commits the stream."""
+        events = self.transport.stream(self.responses_path(), {**body, "model": self.upstream_model,
+                                                               "store": False, "stream": True})
+        return ChunkStream(self._response_events(events), events.close)
+
+    def _response_events(self, events: EventStream) -> Iterator[dict[str, Any]]:
+        for data in events:
+            event = json_object(data)
+            if event is None or not isinstance(event.get("type"), str) or not EVENT_NAME.fullmatch(event["type"]):
+                raise self.transport.malformed("stream event")
+            kind = event["type"]
+            if kind in ("error", "response.failed"):
+                detail = event.get("message") if kind == "error" else _error_message(
+                    (event.get("response") or {}).get("error") if isinstance(event.get("response"), dict) else None)
+                raise UpstreamError(f"The upstream provider '{self.name}' failed during the stream: "
+                                    f"{self.transport.clean(str(detail))}")
+            yield {**response_event_chunk(event), PASSED_THROUGH: event}
+            if kind in ("response.completed", "response.incomplete"):
+                events.finished()
+                return
+        raise UpstreamError(f"The upstream provider '{self.name}' closed the stream before it finished.")
+
 
 def is_completion(body: dict[str, Any]) -> bool:
     """A chat.completion the gateway can read: choices are objects, a message is an object,
@@ -149,3 +195,76 @@ def is_embedding_list(body: dict[str, Any]) -> bool:
     return isinstance(data, list) and all(
         isinstance(item, dict) and isinstance(item.get("embedding"), (list, str))
         and (type(item.get("index", 0)) is int) for item in data)
+
+
+# ---------------------------------------------------------------- the Responses API's answers, for the metering
+
+FINISHES = {"max_output_tokens": "length", "content_filter": "content_filter"}
+
+
+def _error_message(error: Any) -> str:
+    return str(error.get("message") or "unknown error") if isinstance(error, dict) else "unknown error"
+
+
+def response_usage(usage: Any) -> dict[str, Any]:
+    """The Responses API's usage as chat's (input_tokens -> prompt_tokens…); counts left as sent, for the
+    metering to judge (gateway.services)."""
+    usage = usage if isinstance(usage, dict) else {}
+    found: dict[str, Any] = {"prompt_tokens": usage.get("input_tokens"), "completion_tokens": usage.get("output_tokens")}
+    for name, detail, chat_name in (("input_tokens_details", "cached_tokens", "prompt_tokens_details"),
+                                    ("output_tokens_details", "reasoning_tokens", "completion_tokens_details")):
+        details = usage.get(name)
+        if isinstance(details, dict) and detail in details:
+            found[chat_name] = {detail: details[detail]}
+    return {name: value for name, value in found.items() if value is not None}
+
+
+def responses_completion(response: dict[str, Any]) -> dict[str, Any]:
+    """A response object as the chat.completion the metering reads: its text, its tool calls, its finish."""
+    texts, calls = [], []
+    for item in response["output"]:
+        if item.get("type") == "message":
+            texts += [part["text"] for part in item.get("content") or ()
+                      if isinstance(part, dict) and isinstance(part.get("text"), str)]
+        elif item.get("type") in ("function_call", "custom_tool_call"):
+            arguments = item.get("arguments") if item["type"] == "function_call" else item.get("input")
+            calls.append({"id": item.get("call_id") or tool_call_id(), "type": "function",
+                          "function": {"name": item.get("name") or "", "arguments": str(arguments or "")}})
+    details = response.get("incomplete_details")
+    reason = details.get("reason") if isinstance(details, dict) else None
+    finish = FINISHES.get(str(reason), "length") if response.get("status") == "incomplete" else (
+        "tool_calls" if calls else "stop")
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+    if calls:
+        message["tool_calls"] = calls
+    completion = {"id": response.get("id"), "object": "chat.completion",
+                  "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+    if isinstance(response.get("usage"), dict):
+        completion["usage"] = response_usage(response["usage"])
+    return completion
+
+
+def response_event_chunk(event: dict[str, Any]) -> dict[str, Any]:
+    """What one Responses stream event says to the metering, as a chat chunk: text as content, a tool call
+    as it opens, the end with its finish reason and usage; nothing for the others."""
+    kind = event["type"]
+    delta: dict[str, Any] = {}
+    if kind == "response.output_text.delta" and isinstance(event.get("delta"), str):
+        delta = {"content": event["delta"]}
+    elif kind == "response.output_item.added" and isinstance(event.get("item"), dict) \
+            and event["item"].get("type") in ("function_call", "custom_tool_call"):
+        item = event["item"]
+        index = event.get("output_index") if type(event.get("output_index")) is int else 0
+        delta = {"tool_calls": [{"index": index, "id": item.get("call_id") or tool_call_id(), "type": "function",
+                                 "function": {"name": item.get("name") or "", "arguments": ""}}]}
+    elif kind in ("response.completed", "response.incomplete"):
+        found = event.get("response")
+        response: dict[str, Any] = found if isinstance(found, dict) else {}
+        output: list[Any] = response["output"] if isinstance(response.get("output"), list) else []
+        translated = responses_completion({**response, "output": [item for item in output if isinstance(item, dict)]})
+        chunk: dict[str, Any] = {"choices": [{"index": 0, "delta": {},
+                                              "finish_reason": translated["choices"][0]["finish_reason"]}]}
+        if "usage" in translated:
+            chunk["usage"] = translated["usage"]
+        return chunk
+    return {"choices": [{"index": 0, "delta": delta}] if delta else []}

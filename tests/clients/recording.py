@@ -42,7 +42,24 @@ def record(cli: Cli, place: Path) -> dict[str, Any]:
         runs["tool_round_trip"] = recorder.requests
     # The temporary directory the client ran in (its home and working directory) shows in the prompts it
     # sends; the fixture names it by a placeholder.
-    return dict(json.loads(json.dumps(runs).replace(str(place), "<run-directory>")))
+    return shortened(json.loads(json.dumps(runs).replace(str(place), "<run-directory>")))
+
+
+# The clients' own prose (system prompts, tool descriptions) is theirs, not the project's: a fixture keeps
+# the shape of a request, and a text longer than this keeps only its first words and says how long it was.
+# Header values are kept whole: they are lists of names (anthropic-beta), not prose.
+LONGEST_TEXT = 160
+
+
+def shortened(value: Any) -> Any:
+    """``value`` with every string longer than LONGEST_TEXT replaced by a placeholder of the same kind."""
+    if isinstance(value, str) and len(value) > LONGEST_TEXT:
+        return f"{value[:24]}… <the client's text, {len(value)} characters>"
+    if isinstance(value, list):
+        return [shortened(item) for item in value]
+    if isinstance(value, dict):
+        return {name: item if name == "headers" else shortened(item) for name, item in value.items()}
+    return value
 
 
 def tool_names(body: dict[str, Any]) -> list[str]:

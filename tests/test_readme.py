@@ -31,15 +31,35 @@ def client_rows():
     return [[cell.strip() for cell in row] for row in rows]
 
 
+# The module a Python package is imported as, where its name on PyPI is another.
+IMPORT_NAMES = {"google-genai": "google.genai|from google import genai", "openai-agents": "agents",
+                "langchain-openai": "langchain_openai"}
+
+
+def npm_pins() -> dict[str, str]:
+    """The agent CLIs' npm packages and versions, as the client suite installs them."""
+    from tests.clients.agents import CLIS
+
+    return {cli.package: cli.version for cli in CLIS.values()}
+
+
 def test_every_client_the_readme_names_is_pinned_at_its_version_and_driven_by_the_test_it_names():
     root = Path(__file__).resolve().parents[1]
     pins = dict(line.split("==") for line in (root / "requirements.txt").read_text().splitlines()
                 if "==" in line and not line.startswith("#"))
+    clis = npm_pins()
     rows = client_rows()
     assert rows
     for client, version, _how, _proves, tests in rows:
         package = re.match(r"`([^`]+)`", client).group(1)
+        if package in clis:  # an agent CLI: driven by the client suite at the version it installs
+            assert clis[package] == version, f"{package}: README says {version}, the suite installs {clis[package]}"
+            for path in re.findall(r"`([^`]+\.py)`", tests):
+                assert package in (root / path).read_text() or "CLIS" in (root / path).read_text(), path
+            continue
         assert pins[package] == version, f"{package}: README says {version}, requirements.txt pins {pins[package]}"
+        names = IMPORT_NAMES.get(package, package).replace(".", r"\.")
         for path in re.findall(r"`([^`]+\.py)`", tests):
             source = (root / path).read_text()
-            assert re.search(rf"^\s*(import|from) {package}\b", source, flags=re.M), f"{path} does not use {package}"
+            assert re.search(rf"^\s*((import|from) ({names})\b|{names})", source, flags=re.M), \
+                f"{path} does not use {package}"

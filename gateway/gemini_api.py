@@ -23,7 +23,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rest_framework.response import Response
 
 from gateway import services
 from gateway.local_models import count_tokens
@@ -31,7 +30,13 @@ from gateway.services import ChatDialect, OpenAIEvents, Outcome
 from gateway.upstream import gemini as gemini_upstream
 from gateway.upstream.shapes import PASSED_THROUGH, content_text
 from keys.models import ApiKey
-from utils_app.errors import GatewayError, InvalidRequest, UnsupportedParameter, UpstreamError, as_gateway_error
+from utils_app.errors import (
+    GatewayError,
+    InvalidRequest,
+    UnsupportedParameter,
+    UpstreamError,
+    shaped_exception_handler,
+)
 
 # Google's status word for each HTTP status the gateway answers with (section 4's statuses are kept; a 402
 # keeps its status and says RESOURCE_EXHAUSTED, as Google says of a spent quota).
@@ -72,13 +77,8 @@ def error_body(error: GatewayError) -> dict:
     return {"error": {"code": error.status, "message": error.message, "status": status_word(error.status)}}
 
 
-def exception_handler(exc, context):
-    """The Gemini views' DRF exception handler: every error of section 4 in Google's shape, with its status."""
-    error = as_gateway_error(exc)
-    response = Response(error_body(error), status=error.status)
-    for name, value in error.headers.items():
-        response[name] = value
-    return response
+# The views' DRF exception handler: every error of section 4, in Google's shape and with its status.
+exception_handler = shaped_exception_handler(error_body)
 
 
 # ---------------------------------------------------------------- reading Google's members

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from rest_framework.response import Response
 
 from gateway.json_schemas import SchemaWalk
 from gateway.local_models import count_tokens
@@ -28,7 +27,13 @@ from gateway.services import ChatDialect, OpenAIEvents, ReplyTokens
 from gateway.upstream import honour
 from gateway.upstream.shapes import EVENT_NAME, PASSED_THROUGH, content_text, prompt_text, tool_call_id
 from models_catalog.models import AiModel
-from utils_app.errors import GatewayError, InvalidRequest, UnsupportedParameter, UpstreamError, as_gateway_error
+from utils_app.errors import (
+    GatewayError,
+    InvalidRequest,
+    UnsupportedParameter,
+    UpstreamError,
+    shaped_exception_handler,
+)
 
 # Anthropic's error type for each status the gateway answers with (section 4's statuses are kept).
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
@@ -82,13 +87,8 @@ def error_body(error: GatewayError) -> dict:
     return {"type": "error", "error": {"type": error_type(error.status), "message": error.message}}
 
 
-def exception_handler(exc, context):
-    """The views' DRF exception handler: every error of section 4, in Anthropic's shape and with its status."""
-    error = as_gateway_error(exc)
-    response = Response(error_body(error), status=error.status)
-    for name, value in error.headers.items():
-        response[name] = value
-    return response
+# The views' DRF exception handler: every error of section 4, in Anthropic's shape and with its status.
+exception_handler = shaped_exception_handler(error_body)
 
 
 # ---------------------------------------------------------------- the request

@@ -8,6 +8,7 @@ unexpected are translated here, so no view ever builds an error by hand.
 import json
 import logging
 import re
+from collections.abc import Callable
 
 from django import db
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
@@ -285,13 +286,26 @@ def error_body(message: str, type: str, code: str | None, param: str | None = No
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
-def error_response(exc: GatewayError):
+def error_response(exc: GatewayError, body: dict | None = None):
+    """The error's answer: its status and headers, and its body in the contract's shape, or ``body`` where
+    an inbound API of another vendor's shape renders it (gateway.messages, gateway.gemini_api)."""
     from rest_framework.response import Response
 
-    response = Response(exc.body(), status=exc.status)
+    response = Response(exc.body() if body is None else body, status=exc.status)
     for name, value in exc.headers.items():
         response[name] = value
     return response
+
+
+def shaped_exception_handler(render: Callable[[GatewayError], dict]):
+    """A DRF exception handler for the views of an inbound API with its own error shape: every error of
+    section 4, with its status and headers, its body made by ``render``."""
+
+    def handler(exc, context):
+        error = as_gateway_error(exc)
+        return error_response(error, render(error))
+
+    return handler
 
 
 def _first_validation_error(detail, path=()):

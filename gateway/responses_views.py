@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from gateway import responses, services
 from gateway.models import StoredResponse
 from gateway.views import ERRORS, METERED_HEADERS, KeyLimitedView, MeteredView, body_example
-from utils_app.errors import ClientError, GatewayError, MethodNotAllowed, parse_json_object
+from utils_app.errors import ClientError, GatewayError, parse_json_object
 from utils_app.schema import error_responses
 
 RESPONSES_REQUEST = {
@@ -70,9 +70,6 @@ class ResponsesView(MeteredView):
         if wants_websocket(request):
             raise WebSocketRefused()  # before the key is looked at: Codex must learn it over HTTP whatever follows
         super().initial(request, *args, **kwargs)
-
-    def get(self, request):
-        raise MethodNotAllowed("Method GET is not allowed here.")
 
     def validate(self, body):
         responses.check_request(body)

@@ -297,8 +297,9 @@ class ResponseFormat(StrictJsonObjectField):
         return data
 
 
-@extend_schema_field({"type": "object", "maxProperties": 16, "propertyNames": {"maxLength": 64},
-                      "additionalProperties": {"type": "string", "maxLength": 512}})
+# OpenAPI 3.0 has no propertyNames: the names' length is said in words.
+@extend_schema_field({"type": "object", "maxProperties": 16, "description": "At most 16 pairs; names of up to 64 "
+                      "characters.", "additionalProperties": {"type": "string", "maxLength": 512}})
 class ChatMetadata(serializers.Field):
     """OpenAI's metadata: at most 16 pairs of strings (keys of at most 64 characters, values of at most 512)."""
 
@@ -522,6 +523,8 @@ class Usage(serializers.Serializer):
     prompt_tokens = serializers.IntegerField()
     completion_tokens = serializers.IntegerField(required=False)
     total_tokens = serializers.IntegerField()
+    cost = serializers.IntegerField(required=False, help_text="Credits charged, for a model priced by the token "
+                                                             "(docs/pricing.md).")
 
 
 class ChatChoiceMessage(serializers.Serializer):

@@ -82,7 +82,14 @@ class Cli:
         if (self.lock / "package-lock.json").exists():
             for name in ("package.json", "package-lock.json"):
                 shutil.copyfile(self.lock / name, self.prefix / name)
-            subprocess.run([*npm, "ci"], cwd=self.prefix, check=True, capture_output=True, text=True, timeout=900)
+            done = subprocess.run([*npm, "ci"], cwd=self.prefix, capture_output=True, text=True, timeout=900)
+            if done.returncode != 0:
+                # npm ci refuses a lock that does not list every platform's optional package, which npm leaves
+                # out when the registry lacks one (opencode's); `npm install` then takes the same pinned tree.
+                done = subprocess.run([*npm, "install"], cwd=self.prefix, capture_output=True, text=True,
+                                      timeout=900)
+            if done.returncode != 0:
+                raise RuntimeError(f"npm could not install {self.package}@{self.version}:\n{done.stderr[-2000:]}")
             return
         (self.prefix / "package.json").write_text(json.dumps({"private": True}))
         subprocess.run([*npm, "install", "--save-exact", f"{self.package}@{self.version}"], cwd=self.prefix,

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/request_cpu.py [--backends postgres+redis sqlite] [--rounds 3] [--duration 8]
                                           [--connections 16] [--keys 60] [--source DIR[,NAME=VALUE...] ...]
+                                          [--models MODEL ...] [--responses MODEL ...] [--catalog FILE ...]
                                           [--out results.json] [--keep]
 
 For each backend it serves, under gunicorn with the gateway's own settings for that backend
@@ -38,7 +39,12 @@ change applied), served with this tree's virtualenv, each with its own database 
 `--catalog bench/catalog_types.toml --models bench-chat bench-chat-azure bench-chat-gemini
 bench-chat-anthropic` (each model a row of its own, answered by nginx in its type's protocol). Token
 prices against prices per request, in one run: `--catalog bench/catalog_priced.toml --models bench-chat
-bench-chat-priced` (the same upstream and answer; docs/pricing.md). Gateways run with the production settings: no access line
+bench-chat-priced` (the same upstream and answer; docs/pricing.md). OpenAI's Responses API against chat,
+in one run: `--catalog bench/catalog_responses.toml --models bench-chat --responses bench-chat-translated
+bench-chat` (each --responses model a row of its own, asked the same question through POST /v1/responses
+with `store` left at its default, true, so the settlement also keeps each answer: bench-chat-translated's
+provider has no Responses API, so the request is translated to chat and back; bench-chat's is passed
+through to nginx's /v1/responses). Gateways run with the production settings: no access line
 unless a `,ACCESS_LOG=` names one (the summary line is the access line). `,BENCH_SOCKETS=unix` is
 the bench's own: that gateway reaches the private PostgreSQL and Redis through their Unix sockets,
 as docs/operations.md recommends for servers on the gateway's machine (127.0.0.1 otherwise).
@@ -61,6 +67,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
@@ -68,7 +75,9 @@ import harness  # noqa: E402
 WRK_SCRIPT = harness.BENCH / "wrk" / "chat.lua"
 BACKENDS = {"postgres+redis": "postgres+redis", "sqlite": "embedded", "embedded": "embedded"}
 GATEWAY_PORT = 18230  # + the source's number
-TABLES = ("keys_apikey", "keys_ledgerentry", "models_catalog_usageevent")
+TABLES = ("keys_apikey", "keys_ledgerentry", "models_catalog_usageevent", "gateway_storedresponse")
+# The inbound APIs a row can load a model through: the path, and the body bench/wrk/chat.lua sends (BENCH_API).
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses"}
 # A --source setting of the bench's, not the gateway's: BENCH_SOCKETS=unix serves that source's gateway
 # through the private PostgreSQL's and Redis's Unix sockets (docs/operations.md recommends them for
 # servers on the gateway's machine); tcp, the default, through 127.0.0.1 as a server elsewhere needs.
@@ -122,10 +131,11 @@ def wait_for_quiet(cores: float, max_wait: float) -> float:
 
 
 def run_wrk(url: str, *, connections: int, duration: int, keys_file: Path | None, model: str,
-            result_file: Path, cpu: harness.CpuMeter | None = None) -> dict:
-    """One wrk run; with ``cpu``, the CPU milliseconds per answered request of each group of processes."""
+            result_file: Path, cpu: harness.CpuMeter | None = None, api: str = "chat") -> dict:
+    """One wrk run (``api``'s body, see PATHS); with ``cpu``, the CPU milliseconds per answered request of each
+    group of processes."""
     wrk = harness.require_tool("wrk", "wrk")
-    env = dict(os.environ, BENCH_MODEL=model, BENCH_RESULT=str(result_file),
+    env = dict(os.environ, BENCH_MODEL=model, BENCH_API=api, BENCH_RESULT=str(result_file),
                BENCH_KEYS_FILE=str(keys_file) if keys_file else "")
     result_file.unlink(missing_ok=True)
     load_before = harness.load_average()
@@ -183,6 +193,17 @@ def served(source: Source, workdir: Path, *, backend: str = "postgres+redis", da
         for server in (redis, postgres, nginx):
             if server is not None:
                 server.stop()
+
+
+class Target(NamedTuple):
+    """What one wrk run of a round loads: the floor, or a gateway with a model through one inbound API."""
+    label: str
+    url: str
+    keys: Path | None
+    model: str
+    pid: int
+    gateway: harness.Gateway | None
+    api: str = "chat"
 
 
 class Backend:
@@ -243,22 +264,28 @@ class Backend:
     def wal_bytes(self, start: str, end: str) -> int:
         return int(self.postgres.query(f"SELECT pg_wal_lsn_diff('{end}', '{start}')")[0][0])
 
-    def targets(self) -> list[tuple[str, str, Path | None, str, int, harness.Gateway | None]]:
-        floor = ("floor", f"http://127.0.0.1:{harness.FLOOR_PORT}/v1/chat/completions", None, "bench-upstream",
-                 self.floor.pid, None)
-        models = self.args.models
-        gateways = [(source.label if len(models) == 1 else f"{source.label} {model}",
-                     f"{gateway.url}/v1/chat/completions", gateway.keys_file, model, gateway.process.pid, gateway)
-                    for source, gateway in zip(self.sources, self.gateways) for model in models]
-        return [floor, *gateways]
+    def targets(self) -> list[Target]:
+        floor = Target("floor", f"http://127.0.0.1:{harness.FLOOR_PORT}/v1/chat/completions", None, "bench-upstream",
+                       self.floor.pid, None)
+        loads = [("chat", model) for model in self.args.models]
+        loads += [("responses", model) for model in self.args.responses]
+        targets = [floor]
+        for source, gateway in zip(self.sources, self.gateways):
+            for api, model in loads:
+                # A row is named by its source alone when the source serves one chat model and nothing else.
+                label = source.label if loads == [("chat", model)] else " ".join(
+                    [source.label, *(["responses"] if api == "responses" else []), model])
+                targets.append(Target(label, gateway.url + PATHS[api], gateway.keys_file, model,
+                                      gateway.process.pid, gateway, api))
+        return targets
 
     def warm_up(self, workdir: Path) -> None:
         # Connection pools, the catalog snapshot, Python's caches, the keys' cached rows: not measured.
-        for _, url, keys, model, _, gateway in self.targets():
-            run_wrk(url, connections=self.args.connections, duration=3, keys_file=keys, model=model,
-                    result_file=workdir / "warm.json")
-            if gateway is not None:
-                self.check_reconcile(gateway)
+        for target in self.targets():
+            run_wrk(target.url, connections=self.args.connections, duration=3, keys_file=target.keys,
+                    model=target.model, result_file=workdir / "warm.json", api=target.api)
+            if target.gateway is not None:
+                self.check_reconcile(target.gateway)
 
     def check_reconcile(self, gateway: harness.Gateway) -> str:
         outcome = gateway.reconcile()
@@ -271,12 +298,12 @@ class Backend:
         if number % 2:
             targets.reverse()
         rows = []
-        for label, url, keys, model, pid, gateway in targets:
+        for label, url, keys, model, pid, gateway, api in targets:
             others = wait_for_quiet(self.args.quiet, self.args.max_wait)
             lsn = self.wal_lsn()
             grouped = gateway.metering_groups() if gateway is not None else None
             result = run_wrk(url, connections=self.args.connections, duration=self.args.duration, keys_file=keys,
-                             model=model, result_file=workdir / "wrk.json", cpu=self.meter(pid))
+                             model=model, result_file=workdir / "wrk.json", cpu=self.meter(pid), api=api)
             cpu = result["cpu_ms"]
             result.update(backend=self.name, target=label, round=number, busy_before=others,
                           machine_ms=round(cpu["server"] + cpu.get("postgres", 0) + cpu.get("redis", 0), 4))
@@ -378,6 +405,9 @@ def main() -> None:
     parser.add_argument("--source", nargs="+", default=["."], help="copies of the project to serve (DIR[,NAME=VALUE])")
     parser.add_argument("--models", nargs="+", default=["bench-chat"],
                         help="the chat models each gateway is loaded with in turn (each its own row)")
+    parser.add_argument("--responses", nargs="*", default=[],
+                        help="chat models each gateway is also loaded with through POST /v1/responses (each its "
+                             "own row), e.g. with --catalog bench/catalog_responses.toml")
     parser.add_argument("--catalog", nargs="*", default=[], type=Path,
                         help="catalogs seeded after bench/catalog.toml, e.g. bench/catalog_types.toml")
     parser.add_argument("--quiet", type=float, default=0.5,

@@ -1,7 +1,9 @@
--- wrk script: a non-streamed chat completion, the same body for the upstream and the gateway.
+-- wrk script: a non-streamed chat completion, the same body for the upstream and the gateway; or the same
+-- question as OpenAI's Responses API asks it (BENCH_API=responses, sent to a /v1/responses URL).
 --
 -- Environment:
 --   BENCH_MODEL      model id to send (default "bench-chat")
+--   BENCH_API        "chat" (default) or "responses": which API's body to send
 --   BENCH_KEYS_FILE  optional file with one API key per line. The requests go round-robin over
 --                    the keys (each wrk thread starts at its own offset), because one key may make
 --                    at most 1000 requests a minute and 10000 an hour and the benchmark makes more.
@@ -13,6 +15,9 @@
 local model = os.getenv("BENCH_MODEL") or "bench-chat"
 local body = '{"model":"' .. model .. '","messages":[{"role":"system","content":"You are terse."},' ..
              '{"role":"user","content":"Say hello to the benchmark."}]}'
+if os.getenv("BENCH_API") == "responses" then
+    body = '{"model":"' .. model .. '","instructions":"You are terse.","input":"Say hello to the benchmark."}'
+end
 
 local keys = {}
 local keys_file = os.getenv("BENCH_KEYS_FILE")

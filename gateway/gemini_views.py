@@ -52,7 +52,7 @@ GOOGLE_ERRORS = {status: OpenApiResponse(GoogleErrorBody,
 # A path whose version, model or method matches no route of Google's API names no operation at all: it gets
 # the service's usual 404 (utils_app.errors.handler404), not Google's.
 GOOGLE_ERRORS[404] = OpenApiResponse(
-    PolymorphicProxySerializer(component_name="GoogleNotFound", serializers=[GoogleErrorBody, ErrorBody],
+    PolymorphicProxySerializer(component_name="GoogleOrGatewayErrorBody", serializers=[GoogleErrorBody, ErrorBody],
                                resource_type_field_name=None),
     description="Google's status NOT_FOUND (a model or method not served); a path that matches no operation "
                 "gets the service's own error body")

@@ -1,4 +1,5 @@
 import html
+import json
 import re
 import struct
 
@@ -24,9 +25,15 @@ def rows_of(page: str) -> dict:
     return rows
 
 
+def section(page: str, name: str) -> str:
+    """The HTML of the page's <section id=name>."""
+    return re.search(rf'<section id="{name}">(.*?)</section>', page, flags=re.S).group(1)
+
+
 def examples_of(page: str) -> set:
     """The model ids the curl and the SDK examples name."""
-    curl, sdk = re.findall(r'"model": "([^"]+)"', page), re.findall(r'model="([^"]+)"', page)
+    calling = section(page, "calling")
+    curl, sdk = re.findall(r'"model": "([^"]+)"', calling), re.findall(r'model="([^"]+)"', calling)
     assert curl and sdk
     return set(curl) | set(sdk)
 
@@ -172,3 +179,80 @@ def test_the_favicon_is_served(client, path, content_type):
         assert response.content.startswith(b"<svg")
     assert client.post(path).status_code == 405
     assert '<link rel="icon" href="/favicon.svg"' in client.get("/").content.decode()
+
+
+# ---------------------------------------------------------------- the agent clients panel
+
+AGENT_CLIENTS = ("claude-code", "codex", "gemini-cli", "opencode", "openai", "openai-agents", "google-genai",
+                 "langchain", "litellm")
+
+
+def agent_clients_of(page: str) -> dict:
+    """Client name -> the text of its configuration in the Agent clients panel, as a reader copies it."""
+    panel = section(page, "agents")
+    return {name: html.unescape(re.sub(r"<[^>]+>", "", block))
+            for _, name, block in re.findall(r'<(div|li) [^>]*data-client="([\w-]+)"[^>]*>(.*?)</\1>', panel,
+                                              flags=re.S)}
+
+
+def what_each_client_is_told(origin: str, model: str) -> dict:
+    """The lines that point each client at `origin` and `model`: the origin itself for the clients that add
+    their API's path (Anthropic's, Gemini's), its /v1 for the OpenAI-shaped ones."""
+    return {
+        "claude-code": [f"export ANTHROPIC_BASE_URL={origin}\n", f"export ANTHROPIC_MODEL={model}\n"],
+        "codex": [f'base_url = "{origin}/v1"', f'model = "{model}"', 'wire_api = "responses"'],
+        "gemini-cli": [f"export GOOGLE_GEMINI_BASE_URL={origin}\n", f"gemini --skip-trust -m {model} "],
+        "opencode": [f'"baseURL": "{origin}/v1"', f'"model": "gateway/{model}"', f'"{model}": {{"name": "{model}"'],
+        "openai": [f'OpenAI(base_url="{origin}/v1"'],
+        "openai-agents": [f'set_default_openai_client(AsyncOpenAI(base_url="{origin}/v1"'],
+        "google-genai": [f'http_options={{"base_url": "{origin}"}}'],
+        "langchain": [f'ChatOpenAI(model="{model}", base_url="{origin}/v1"', "use_responses_api=True"],
+        "litellm": [f'litellm.responses(model="openai/{model}", api_base="{origin}/v1"'],
+    }
+
+
+@pytest.mark.parametrize("secrets_set, model", [(False, "local-chat"), (True, "gpt-5-mini")])
+def test_the_agent_clients_panel_points_each_client_at_the_requests_own_origin_and_the_examples_model(
+        client, seeded, monkeypatch, secrets_set, model):
+    for variable in UPSTREAM_SECRETS:
+        if secrets_set:
+            monkeypatch.setenv(variable, "sk-upstream-secret")
+        else:
+            monkeypatch.delenv(variable, raising=False)
+    page = client.get("/", HTTP_HOST="gw.example.org").content.decode()
+    assert examples_of(page) == {model}  # the panel names the model the page chose for its examples
+    clients = agent_clients_of(page)
+    assert sorted(clients) == sorted(AGENT_CLIENTS)
+    for name, lines in what_each_client_is_told("http://gw.example.org", model).items():
+        for line in lines:
+            assert line in clients[name], (name, line, clients[name])
+    assert "testserver" not in page and "sk-upstream-secret" not in page
+
+
+def test_the_agent_clients_panel_uses_the_configured_public_base_url(client, seeded, settings):
+    settings.PUBLIC_BASE_URL = "https://api.example.com"
+    clients = agent_clients_of(client.get("/", HTTP_HOST="gw.example.org").content.decode())
+    assert sorted(clients) == sorted(AGENT_CLIENTS)
+    for name, text in clients.items():
+        assert "https://api.example.com" in text, name
+        assert "gw.example.org" not in text and "testserver" not in text, name
+
+
+def test_each_cli_in_the_panel_is_asked_to_use_a_tool_of_its_own(client, seeded):
+    """The prompt each CLI's block shows makes local-chat call a tool that CLI offers: one its recorded request
+    (tests/clients/recorded/) sends at the version the client suite pins."""
+    from tests.clients.agents import CLIS
+    from tests.clients.recording import fixture_path
+
+    clients = agent_clients_of(client.get("/").content.decode())
+    for name, cli in CLIS.items():
+        offered = {tool for request in json.loads(fixture_path(cli).read_text())["shape"]["one_turn"]
+                   for tool in request.get("tools", [])}
+        asked = re.findall(r"use (\w+): ", clients[name])
+        assert len(asked) == 1 and asked[0] in offered, (name, asked, sorted(offered))
+
+
+def test_the_page_links_its_agent_clients_panel_and_names_the_page_with_every_setting(client, seeded):
+    page = client.get("/").content.decode()
+    assert '<a href="#agents">Agent clients</a>' in page
+    assert "<code>docs/agents.md</code>" in section(page, "agents")

@@ -497,9 +497,12 @@ def message_usage(usage) -> dict:
 
     details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
     cached = count(details.get("cached_tokens"))
-    return {"input_tokens": max(count(usage.get("prompt_tokens")) - cached, 0),
-            "output_tokens": count(usage.get("completion_tokens")),
-            "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached}
+    shown = {"input_tokens": max(count(usage.get("prompt_tokens")) - cached, 0),
+             "output_tokens": count(usage.get("completion_tokens")),
+             "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached}
+    if type(usage.get("cost")) is int:  # the credits charged (CONTRACT section 12), as the metering set it
+        shown["cost"] = usage["cost"]
+    return shown
 
 
 def _tool_input(arguments) -> dict:
@@ -573,8 +576,12 @@ class AnthropicDialect(ChatDialect):
         """A chat.completion as Anthropic's message object (its first choice: a Messages request asks for one),
         with the metered token counts; a message passed through as Anthropic sent it, under the gateway's
         model id."""
+        charged = (completion.get("usage") or {}).get("cost")
         if PASSED_THROUGH in completion:
-            return {**completion[PASSED_THROUGH], "model": completion.get("model")}
+            message = completion[PASSED_THROUGH]
+            usage = message.get("usage") if isinstance(message.get("usage"), dict) else {}
+            return {**message, "model": completion.get("model"),
+                    **({"usage": {**usage, "cost": charged}} if type(charged) is int else {})}
         choices = completion.get("choices") or [{}]
         choice = choices[0] if isinstance(choices[0], dict) else {}
         message = choice.get("message")
@@ -595,7 +602,7 @@ class AnthropicDialect(ChatDialect):
                 "model": completion.get("model"), "content": content,
                 "stop_reason": stop_reason(choice.get("finish_reason"), bool(calls)), "stop_sequence": None,
                 "usage": message_usage({"prompt_tokens": input_tokens, "completion_tokens": output_tokens,
-                                        "prompt_tokens_details": {"cached_tokens": cached}})}
+                                        "prompt_tokens_details": {"cached_tokens": cached}, "cost": charged})}
 
     def events(self) -> "AnthropicEvents":
         return AnthropicEvents(input_tokens=self.input_tokens)

@@ -79,11 +79,11 @@ class Meter:
 
     def __init__(self, *, key: ApiKey, model: AiModel, operation: str, entry: int, limit_headers: dict,
                  attempts: routing.Attempts, claim: Idempotency | None, amount: int,
-                 prices: TokenPrices | None = None):
+                 prices: TokenPrices | None = None, model_name: str | None = None):
         self.key = key
         self.model = model
         # The name the client sent for the model (its id or an alias): what the answer names it.
-        self.model_name = model.model_id
+        self.model_name = model_name or model.model_id
         self.operation = operation
         self.entry = entry
         # What the charge held: the model's cost, or for a token-priced model (``prices``) the most the
@@ -408,11 +408,9 @@ def admit(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1
     release_connection(db)  # the upstream call needs no database
     # The key's windows and the pool's health as the request's limits round trip read them (gateway.views).
     notes = notes_of(request)
-    meter = Meter(key=key, model=model, operation=operation, entry=entry,
+    return Meter(key=key, model=model, operation=operation, entry=entry,
                  limit_headers=notes.limit_headers(), attempts=routing.Attempts(model, notes.health),
-                 claim=claim, amount=amount, prices=prices)
-    meter.model_name = model_id
-    return meter
+                 claim=claim, amount=amount, prices=prices, model_name=model_id)
 
 
 @contextmanager
@@ -545,9 +543,9 @@ def chat_completion(*, request, key: ApiKey, params: dict, dialect: ChatDialect 
         output_tokens = _token_count(usage, "completion_tokens", lambda: count_tokens(reply))
         cached = min(cached_tokens(usage), input_tokens)  # part of the input, as the ledger keeps it
         cost = meter.price(input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached)
-        if meter.prices is not None:
-            # What it cost, in the usage the answer shows (a dialect of another API copies it into its own).
-            completion["usage"] = {**(usage if isinstance(usage, dict) else {}), "cost": cost}
+        # What it cost, in the usage the answer shows, whatever the model's pricing (CONTRACT section 12); a
+        # dialect of another API copies it into its own.
+        completion["usage"] = {**(usage if isinstance(usage, dict) else {}), "cost": cost}
         outcome = Outcome(headers=meter.headers(), body=dialect.answer(
             completion, input_tokens=input_tokens, output_tokens=output_tokens, cached=cached))
         meter.succeed(input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached, answer=outcome,
@@ -743,8 +741,7 @@ class ChatRelay:
     def _metered(self, usage: dict) -> dict:
         input_tokens, output_tokens, cached = self._counts(usage)
         cost = self._meter.price(input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached)
-        return metered_usage(usage, input_tokens=input_tokens, output_tokens=output_tokens, cached=cached,
-                             cost=cost if self._meter.prices is not None else None)
+        return metered_usage(usage, input_tokens=input_tokens, output_tokens=output_tokens, cached=cached, cost=cost)
 
     def _settle(self, *, status: int = 200, complete: bool = True) -> None:
         """Charge the stream: ``complete`` when the upstream finished it, else ``status`` says how it ended."""
@@ -834,9 +831,7 @@ def create_embeddings(*, request, key: ApiKey, params: dict, sent: set) -> Outco
                               lambda: sum(count_tokens(text) for text in texts))
         vectors = [item["embedding"] for item in data]
         cost = meter.price(input_tokens=tokens, output_tokens=0)
-        usage: dict[str, int] = {"prompt_tokens": tokens, "total_tokens": tokens}
-        if meter.prices is not None:
-            usage["cost"] = cost
+        usage: dict[str, int] = {"prompt_tokens": tokens, "total_tokens": tokens, "cost": cost}
         outcome = Outcome(headers=meter.headers(), body={
             "object": "list", "data": data, "model": meter.model_name, "usage": usage,
             "embedding": vectors[0] if isinstance(params["input"], str) else vectors,

@@ -127,7 +127,10 @@ def test_an_anthropic_deployment_gets_the_request_as_sent_and_its_answer_reaches
     assert call.problems == []
     assert call.body == {"model": "claude-sonnet-4-5", "max_tokens": 2048, "system": system, "messages": history,
                          "top_k": 5, "thinking": {"type": "enabled", "budget_tokens": 1024}, "stream": False}
-    assert reply.to_dict() == {**sent_back, "model": "claude-chat"}
+    # As it came, with what it cost beside Anthropic's counts (CONTRACT section 12).
+    assert reply.to_dict() == {**sent_back, "model": "claude-chat",
+                               "usage": {**sent_back["usage"], "cost": reply.to_dict()["usage"]["cost"]}}
+    assert reply.to_dict()["usage"]["cost"] >= 1
     event = charged_once(key, "anthropic")
     assert (event.input_tokens, event.output_tokens, event.cached_tokens) == (55, 9, 20)
 

@@ -100,7 +100,8 @@ def test_a_client_that_asks_for_usage_gets_the_usage_chunk(client, fake_models, 
     body = {"model": "fake-chat", "messages": HELLO, "stream": True, "stream_options": {"include_usage": True}}
     found = events(post(client, PATH, body, secret))
     assert found[-2]["choices"] == []
-    assert found[-2]["usage"] == {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}
+    # With what it cost (CONTRACT section 12): fake-chat's cost of 1 credit.
+    assert found[-2]["usage"] == {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6, "cost": 1}
     assert found[-2]["model"] == "fake-chat"
 
 

@@ -234,7 +234,7 @@ def test_a_model_priced_by_the_request_answers_as_before_with_what_it_charged(cl
     upstream.json("/chat/completions", chat_completion())
     response = post(client, PATH, {"model": "fake-chat", "messages": HELLO}, secret)
     assert (response["X-Credits-Charged"], response["X-Remaining-Credits"]) == ("1", "99")
-    assert "cost" not in response.json()["usage"]
+    assert response.json()["usage"]["cost"] == 1  # section 12: every chat answer says what it cost
     row = LedgerEntry.objects.get(key=key, kind="charge")
     assert (row.amount, row.held, row.price_input, row.request_fee) == (-1, 1, None, None)
     assert reconciled()
@@ -327,3 +327,14 @@ def test_a_group_settles_holds_of_different_sizes_as_they_would_settle_alone(pri
     assert [row.amount for row in LedgerEntry.objects.filter(kind="charge").order_by("id")] == [-5, -30, -1]
     assert LedgerEntry.objects.get(pk=charged[1][0]).uncovered == 4
     assert mismatches() == []
+
+
+@pytest.mark.django_db
+def test_a_messages_answer_says_what_it_cost_as_a_chat_answer_does(client, fake_models, upstream, free_key):
+    """Section 12: the usage of a Messages answer carries cost beside Anthropic's counts, whatever the pricing."""
+    key, secret = free_key
+    upstream.json("/chat/completions", chat_completion())
+    response = post(client, "/v1/messages", {"model": "fake-chat", "max_tokens": 64, "messages": HELLO}, secret)
+    assert response.status_code == 200, response.content
+    assert response.json()["usage"]["cost"] == int(response["X-Credits-Charged"]) == 1
+    assert reconciled()

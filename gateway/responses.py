@@ -522,7 +522,7 @@ class ResponsesDialect(ChatDialect):
     def answer(self, completion: dict, *, input_tokens: int, output_tokens: int, cached: int) -> dict:
         usage = response_usage(input_tokens=input_tokens, output_tokens=output_tokens, cached=cached,
                                reasoning=_reasoning_tokens(completion.get("usage")))
-        if "cost" in _object(completion.get("usage")):  # a token-priced model: the credits charged
+        if "cost" in _object(completion.get("usage")):  # the credits charged (CONTRACT section 12)
             usage["cost"] = completion["usage"]["cost"]
         if PASSED_THROUGH in completion:
             response = self.client_response(completion[PASSED_THROUGH])
@@ -598,7 +598,7 @@ class ResponsesEvents(OpenAIEvents):
 
     def chunk(self, chunk: dict) -> bytes:
         if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]  # the metered counts (and a token-priced model's cost)
+            self.usage = chunk["usage"]  # the metered counts (and the credits charged)
         if PASSED_THROUGH in chunk:
             return self._passed(chunk[PASSED_THROUGH])
         events = []

@@ -38,6 +38,8 @@ class FakeResponsesAPI(FakeServer):
         self.calls: list[dict] = []
         self.problems: list[str] = []
         self.made = 0
+        # (status, body) every call is answered with instead, when set: an upstream refusing its secret, say.
+        self.refusal: tuple[int, dict] | None = None
         fake = self
 
         class Handler(FakeHandler):
@@ -47,6 +49,8 @@ class FakeResponsesAPI(FakeServer):
                     return self.send_body(404, {"error": {"message": "Not found", "type": "invalid_request_error",
                                                           "param": None, "code": None}})
                 fake.calls.append(body)
+                if fake.refusal is not None:
+                    return self.send_body(*fake.refusal)
                 problem = fake.check(body)
                 if problem is not None:
                     fake.problems.append(problem[1])

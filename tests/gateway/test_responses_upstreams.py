@@ -14,7 +14,16 @@ from models_catalog import catalog
 from models_catalog.models import AiModel, Deployment, Provider, UsageEvent
 from tests.gateway.anthropic_fake import ANTHROPIC_KEY, ANTHROPIC_KEY_ENV, FakeAnthropic, answer, tool_block
 from tests.gateway.anthropic_fake import message as anthropic_message
-from tests.gateway.conftest import DROP, UPSTREAM_KEY_ENV, add_provider, chat_completion, chunk, serve
+from tests.gateway.conftest import (
+    DROP,
+    UPSTREAM_KEY_ENV,
+    add_provider,
+    assert_told_nowhere,
+    chat_completion,
+    chunk,
+    closed_port_url,
+    serve,
+)
 from tests.gateway.responses_fake import FakeResponsesAPI
 from tests.gateway.test_anthropic_gateway import add_anthropic
 
@@ -220,3 +229,28 @@ def test_a_part_chat_cannot_carry_reaches_a_native_deployment_and_is_named_towar
     assert native.problems == []
     raw = client.responses.with_raw_response.create(model="local-chat", input=[{"role": "user", "content": content}])
     assert raw.headers["x-gateway-ignored"] == "input.0.content.1"
+
+
+def test_a_native_upstream_refusing_its_secret_or_down_leaves_it_and_its_url_nowhere(
+        native, client, free_key, caplog, settings):
+    """A native deployment whose upstream answers 401 quoting the secret and its own address, and one whose
+    address refuses connections: the client gets the contract's error, and neither the secret nor either
+    upstream's URL reaches an answer, the log, /metrics or a row."""
+    settings.METRICS_TOKEN = "metrics-token-0123456789"
+    native.refusal = (401, {"error": {"message": f"Incorrect API key {SECRET} at {native.base_url}/responses",
+                                      "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}})
+    down = closed_port_url()
+    serve("gpt-native", [(add_provider("openai-native", native.base_url), "gpt-up", 1),
+                         (add_provider("openai-down", down), "gpt-up", 2)])
+    _, secret = free_key
+    caplog.set_level("INFO")
+    answers = []
+    for stream in (False, True):
+        response = client.post("/v1/responses", json.dumps({"model": "gpt-native", "input": "Hello", "stream": stream}),
+                               content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {secret}")
+        assert response.status_code >= 400
+        answers.append(response.content.decode() + json.dumps(dict(response.items())))
+    assert native.calls  # the secret was sent, and refused
+    assert_told_nowhere(client, [*answers, caplog.text], SECRET, native.base_url, native.root, down,
+                        down.removesuffix("/v1"))
+    assert mismatches() == []

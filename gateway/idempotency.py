@@ -48,10 +48,17 @@ def from_request(request) -> Idempotency | None:
     if raw is not None:
         if not _VALID.match(raw):
             raise InvalidRequest(f"{HEADER} must be 1 to 255 printable ASCII characters.", param=HEADER)
-        claim = Idempotency(key=raw, request_hash=hashlib.sha256(request.path.encode() + b"\n" +
-                                                                 request.body).hexdigest())
+        claim = Idempotency(key=raw, request_hash=hashlib.sha256(_asked(request) + request.body).hexdigest())
     request.META[_META] = claim
     return claim
+
+
+def _asked(request) -> bytes:
+    """The path and the query that shape the answer: Gemini's ``alt=sse`` turns a JSON array into events, so a
+    retry that changes it is another request. The query's ``key`` is a secret, and the key's own claim anyway."""
+    query = sorted((name, value) for name, values in request.GET.lists() if name != "key" for value in values)
+    asked = request.path if not query else f"{request.path}?{query!r}"
+    return asked.encode() + b"\n"
 
 
 def expired_before():

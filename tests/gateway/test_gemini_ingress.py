@@ -326,6 +326,22 @@ def test_an_idempotency_key_retry_is_answered_with_the_first_answer_and_charged_
     assert LedgerEntry.objects.filter(kind="charge", operation="gemini").count() == 2
 
 
+def test_an_idempotency_key_sent_again_with_another_stream_form_is_another_request(client, seeded, local_key):
+    """``alt=sse`` changes what the answer looks like (events, not one JSON array): a retry that changes it
+    under the same Idempotency-Key is a mismatch, not a replay of the other shape. The query's own ``key``
+    (the caller's secret) is no part of it."""
+    key, secret = local_key
+    path = "/v1beta/models/local-chat:streamGenerateContent"
+    first = post(client, f"{path}?alt=sse", {"contents": HELLO}, secret, HTTP_IDEMPOTENCY_KEY="one-form")
+    assert first.status_code == 200 and b"".join(first.streaming_content).startswith(b"data: ")
+    other = post(client, path, {"contents": HELLO}, secret, HTTP_IDEMPOTENCY_KEY="one-form")
+    assert other.status_code == 422 and other.json()["error"]["status"] == "INVALID_ARGUMENT"
+    same = client.post(f"{path}?key={secret}&alt=sse", data=json.dumps({"contents": HELLO}),
+                       content_type="application/json", HTTP_IDEMPOTENCY_KEY="one-form")
+    assert same.status_code == 200 and same["Idempotent-Replayed"] == "true"
+    assert credits_of(key) == 99 and mismatches() == []
+
+
 # ---------------------------------------------------------------- translation towards other types
 
 @pytest.fixture

@@ -342,6 +342,35 @@ def test_an_idempotency_key_sent_again_with_another_stream_form_is_another_reque
     assert credits_of(key) == 99 and mismatches() == []
 
 
+def test_a_gemini_upstream_refusing_its_secret_or_down_leaves_it_and_its_url_nowhere(
+        client, gemini, monkeypatch, free_key, caplog, settings):
+    """Passed through to a gemini deployment whose upstream answers 401 quoting its key and address, with a
+    second deployment whose address refuses connections: the client gets Google's error shape, and neither
+    the key nor either upstream's URL reaches an answer, the log, /metrics or a row."""
+    from tests.gateway.conftest import assert_told_nowhere, closed_port_url
+    from tests.gateway.gemini_fake import Reply, error_body
+
+    settings.METRICS_TOKEN = "metrics-token-0123456789"
+    monkeypatch.setenv(GEMINI_KEY_ENV, GEMINI_KEY)
+    refusal = Reply(401, error_body(401, "UNAUTHENTICATED", f"API key {GEMINI_KEY} is not valid at {gemini.base_url}"))
+    gemini.script("generateContent", refusal)
+    gemini.script("streamGenerateContent", refusal)
+    down = closed_port_url()
+    serve("gem-chat", [(add_gemini("google", gemini), "gemini-2.5-flash", 1),
+                       (add_gemini("google-down", None), "gemini-2.5-flash", 2)])
+    key, secret = free_key
+    caplog.set_level("INFO")
+    answers = []
+    for path in ("generateContent", "streamGenerateContent?alt=sse"):
+        answer = post(client, f"/v1beta/models/gem-chat:{path}", {"contents": HELLO}, secret)
+        assert answer.status_code >= 400 and "error" in answer.json()
+        answers.append(answer.content.decode() + json.dumps(dict(answer.items())))
+    assert gemini.calls  # the key was sent, and refused
+    assert_told_nowhere(client, [*answers, caplog.text], GEMINI_KEY, gemini.base_url, gemini.root, down,
+                        down.removesuffix("/v1"))
+    assert credits_of(key) == 100 and mismatches() == []
+
+
 # ---------------------------------------------------------------- translation towards other types
 
 @pytest.fixture

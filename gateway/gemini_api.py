@@ -25,10 +25,11 @@ from typing import Any
 
 
 from gateway import services
+from gateway.conversation import PassedThrough
 from gateway.local_models import count_tokens
 from gateway.services import ChatDialect, OpenAIEvents, Outcome
 from gateway.upstream import gemini as gemini_upstream
-from gateway.upstream.shapes import PASSED_THROUGH, content_text
+from gateway.upstream.shapes import content_text
 from keys.models import ApiKey
 from utils_app.errors import (
     GatewayError,
@@ -587,8 +588,8 @@ class GeminiDialect(ChatDialect):
         return client.chat_stream(payload)
 
     def answer(self, completion: dict, *, input_tokens: int, output_tokens: int, cached: int) -> dict:
-        if PASSED_THROUGH in completion:  # Google's own answer, under the model's name as the client named it
-            answer = completion[PASSED_THROUGH]
+        if isinstance(completion, PassedThrough):  # Google's own answer, under the model's name as the client named it
+            answer = completion.native
             return {**answer, "modelVersion": completion.get("model")} if "modelVersion" in answer else answer
         return generate_response(completion, input_tokens=input_tokens, output_tokens=output_tokens, cached=cached)
 
@@ -627,9 +628,9 @@ class GeminiEvents(OpenAIEvents):
         return head + _json(item)
 
     def chunk(self, chunk: dict) -> bytes:
-        if PASSED_THROUGH in chunk:
+        if isinstance(chunk, PassedThrough):
             self.passed_through = True
-            event = chunk[PASSED_THROUGH]
+            event = chunk.native
             if "modelVersion" in event:
                 event = {**event, "modelVersion": chunk.get("model")}
             return self._frame(event)

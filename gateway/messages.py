@@ -21,11 +21,12 @@ from typing import Any
 
 from django.conf import settings
 
+from gateway.conversation import PassedThrough
 from gateway.json_schemas import SchemaWalk
 from gateway.local_models import count_tokens
 from gateway.services import ChatDialect, OpenAIEvents, ReplyTokens
 from gateway.upstream import honour
-from gateway.upstream.shapes import EVENT_NAME, PASSED_THROUGH, content_text, prompt_text, tool_call_id
+from gateway.upstream.shapes import EVENT_NAME, content_text, prompt_text, tool_call_id
 from models_catalog.models import AiModel
 from utils_app.errors import (
     GatewayError,
@@ -577,11 +578,11 @@ class AnthropicDialect(ChatDialect):
         with the metered token counts; a message passed through as Anthropic sent it, under the gateway's
         model id."""
         charged = (completion.get("usage") or {}).get("cost")
-        if PASSED_THROUGH in completion:
-            message = completion[PASSED_THROUGH]
-            usage = message.get("usage") if isinstance(message.get("usage"), dict) else {}
-            return {**message, "model": completion.get("model"),
-                    **({"usage": {**usage, "cost": charged}} if type(charged) is int else {})}
+        if isinstance(completion, PassedThrough):
+            native = completion.native
+            counts = native["usage"] if isinstance(native.get("usage"), dict) else {}
+            return {**native, "model": completion.get("model"),
+                    **({"usage": {**counts, "cost": charged}} if type(charged) is int else {})}
         choices = completion.get("choices") or [{}]
         choice = choices[0] if isinstance(choices[0], dict) else {}
         message = choice.get("message")
@@ -651,8 +652,8 @@ class AnthropicEvents(OpenAIEvents):
         return [_sse("content_block_stop", {"type": "content_block_stop", "index": self.index})]
 
     def chunk(self, chunk: dict) -> bytes:
-        if PASSED_THROUGH in chunk:  # Anthropic's own event, as it came (the model named as the client named it)
-            event = chunk[PASSED_THROUGH]
+        if isinstance(chunk, PassedThrough):  # Anthropic's own event, as it came (the model named as the client named it)
+            event = chunk.native
             self.started = self.passed_through = True
             if event.get("type") == "message_start" and isinstance(event.get("message"), dict):
                 event = {**event, "message": {**event["message"], "model": chunk.get("model")}}

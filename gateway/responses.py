@@ -24,9 +24,10 @@ import uuid
 from typing import Any
 
 from gateway import metering, serializers
+from gateway.conversation import PassedThrough
 from gateway.models import StoredResponse
 from gateway.services import ChatDialect, Meter, OpenAIEvents
-from gateway.upstream.shapes import EVENT_NAME, PASSED_THROUGH, content_text, tool_call_id
+from gateway.upstream.shapes import EVENT_NAME, content_text, tool_call_id
 from keys.models import ApiKey
 from utils_app import clock
 from utils_app.errors import GatewayError, InvalidRequest, NotFound, UnsupportedParameter, UpstreamError
@@ -524,8 +525,8 @@ class ResponsesDialect(ChatDialect):
                                reasoning=_reasoning_tokens(completion.get("usage")))
         if "cost" in _object(completion.get("usage")):  # the credits charged (CONTRACT section 12)
             usage["cost"] = completion["usage"]["cost"]
-        if PASSED_THROUGH in completion:
-            response = self.client_response(completion[PASSED_THROUGH])
+        if isinstance(completion, PassedThrough):
+            response = self.client_response(completion.native)
             self.final = {**response, "usage": usage}
             return self.final
         choices = completion.get("choices") or [{}]
@@ -599,8 +600,8 @@ class ResponsesEvents(OpenAIEvents):
     def chunk(self, chunk: dict) -> bytes:
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]  # the metered counts (and the credits charged)
-        if PASSED_THROUGH in chunk:
-            return self._passed(chunk[PASSED_THROUGH])
+        if isinstance(chunk, PassedThrough):
+            return self._passed(chunk.native)
         events = []
         if not self.started:
             self.started = True

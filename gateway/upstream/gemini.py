@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 from django.conf import settings
 
+from gateway.conversation import PassedThrough
 from gateway.json_schemas import MAX_DEPTH, Schema, SchemaWalk
 from gateway.upstream import register
 from gateway.upstream.base import HttpAdapter
@@ -844,8 +845,7 @@ def embedding_list(body: dict[str, Any], *, model: str, normalise: bool, base64_
 
 # Google's Gemini API inbound (gateway.gemini_api) hands a gemini deployment the client's own request: these
 # send it as it came, under the deployment's name for the model (the path's), and hand back Google's answer
-# or events under PASSED_THROUGH, beside their chat translation, which only feeds the metering.
-from gateway.upstream.shapes import PASSED_THROUGH  # noqa: E402  (this section's own name)
+# or events passed through beside their chat translation, which only feeds the metering.
 
 
 def native_body(adapter: GeminiAdapter, body: dict[str, Any]) -> dict[str, Any]:
@@ -862,11 +862,10 @@ def _native_translation(answer: dict[str, Any], *, model: str, malformed: Malfor
     return completion(answer, model=model, malformed=malformed)
 
 
-def generate_native(adapter: GeminiAdapter, body: dict[str, Any]) -> dict[str, Any]:
+def generate_native(adapter: GeminiAdapter, body: dict[str, Any]) -> PassedThrough:
     answer = adapter.transport.post_json(adapter.path("generateContent"), native_body(adapter, body))
-    translated = _native_translation(answer, model=adapter.upstream_model, malformed=adapter.transport.malformed)
-    translated[PASSED_THROUGH] = answer
-    return translated
+    return PassedThrough(_native_translation(answer, model=adapter.upstream_model,
+                                             malformed=adapter.transport.malformed), answer)
 
 
 def stream_native(adapter: GeminiAdapter, body: dict[str, Any]) -> ChunkStream:
@@ -878,7 +877,7 @@ def stream_native(adapter: GeminiAdapter, body: dict[str, Any]) -> ChunkStream:
 
 
 def _native_chunks(adapter: GeminiAdapter, events: EventStream, *, candidates: int) -> Iterator[dict[str, Any]]:
-    """Each of Google's events under PASSED_THROUGH, in the chunk that translates it (no choice for an event
+    """Each of Google's events passed through beside the chunk that translates it (no choice for an event
     that says nothing to the metering, a thought summary say), with its usage where it carries usageMetadata."""
     stream = StreamTranslation(model=adapter.upstream_model, candidates=candidates)
     for data in events:
@@ -893,7 +892,7 @@ def _native_chunks(adapter: GeminiAdapter, events: EventStream, *, candidates: i
         counted = usage(event.get("usageMetadata"))
         if counted:
             chunk["usage"] = counted
-        yield {**chunk, PASSED_THROUGH: event}
+        yield PassedThrough(chunk, event)
         if stream.done:
             events.finished()
             break

@@ -26,6 +26,7 @@ from gateway.json_schemas import SchemaWalk
 from gateway.local_models import count_tokens
 from gateway.services import ChatDialect, OpenAIEvents, ReplyTokens
 from gateway.upstream import honour
+from gateway.upstream.anthropic import stop_reason
 from gateway.upstream.shapes import EVENT_NAME, content_text, prompt_text, tool_call_id
 from models_catalog.models import AiModel
 from utils_app.errors import (
@@ -40,8 +41,6 @@ from utils_app.errors import (
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
                403: "permission_error", 404: "not_found_error", 413: "request_too_large",
                429: "rate_limit_error", 503: "overloaded_error", 529: "overloaded_error"}
-STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",
-                "content_filter": "refusal"}
 # Members of a request translated into the chat request every deployment type takes. Any other member is
 # Anthropic's own: passed through to anthropic deployments as it came, left out and named for the others
 # (CONTRACT section 8). count_tokens counts the conversation, the system prompt and the tools, and accepts
@@ -483,10 +482,6 @@ def message_id(completion_id) -> str:
     if isinstance(completion_id, str) and completion_id:
         return "msg_" + completion_id.removeprefix("chatcmpl-").removeprefix("msg_")
     return f"msg_{uuid.uuid4().hex[:24]}"
-
-
-def stop_reason(finish, called: bool) -> str:
-    return "tool_use" if called else STOP_REASONS.get(finish, "end_turn")
 
 
 def message_usage(usage) -> dict:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.conversation import PassedThrough
+from gateway.conversation import PassedThrough, StopReason
 from gateway.json_schemas import SchemaWalk
 from gateway.upstream import register
 from gateway.upstream.base import HttpAdapter
@@ -40,8 +40,14 @@ from utils_app.errors import GatewayError, InvalidRequest, UnsupportedParameter,
 
 API_VERSION = "2023-06-01"
 MESSAGES_PATH = "/v1/messages"
-FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "pause_turn": "stop", "max_tokens": "length",
-                  "model_context_window_exceeded": "length", "tool_use": "tool_calls", "refusal": "content_filter"}
+# Anthropic's stop reasons as the neutral ones, and the neutral ones as Anthropic's (gateway.messages answers
+# with these): a round trip keeps every reason but the ones two names share (stop_sequence and end_turn say
+# stop; function_call, chat's older tool call, comes back as tool_calls).
+FINISH_REASONS = {"end_turn": StopReason.STOP, "stop_sequence": StopReason.STOP, "pause_turn": StopReason.STOP,
+                  "max_tokens": StopReason.LENGTH, "model_context_window_exceeded": StopReason.LENGTH,
+                  "tool_use": StopReason.TOOL_CALLS, "refusal": StopReason.CONTENT_FILTER}
+STOP_REASONS = {StopReason.STOP: "end_turn", StopReason.LENGTH: "max_tokens", StopReason.TOOL_CALLS: "tool_use",
+                StopReason.FUNCTION_CALL: "tool_use", StopReason.CONTENT_FILTER: "refusal"}
 # The stream event that carries a content block's output (text, a tool's input, thinking).
 CONTENT_DELTA = "content_block_delta"
 # The status each of Anthropic's error types comes with: an error event in a stream carries only its type.
@@ -410,11 +416,17 @@ def _part_unsupported(part: dict[str, Any], where: str) -> UnsupportedParameter:
 # ---------------------------------------------------------------- the answer
 
 def finish_reason(reason: Any, called: bool) -> str | None:
+    """Anthropic's stop reason as a chat answer's finish reason (``stop_reason`` is its reverse)."""
     if called:
-        return "tool_calls"  # an answer that calls a function, whatever Anthropic's reason
+        return StopReason.TOOL_CALLS.value  # an answer that calls a function, whatever Anthropic's reason
     if not reason:
         return None
-    return FINISH_REASONS.get(reason, "stop")
+    return FINISH_REASONS.get(reason, StopReason.STOP).value
+
+
+def stop_reason(finish: Any, called: bool) -> str:
+    """A chat answer's finish reason as Anthropic's stop reason (``finish_reason`` is its reverse)."""
+    return STOP_REASONS[StopReason.TOOL_CALLS] if called else STOP_REASONS.get(finish, "end_turn")
 
 
 def usage(counts: Any) -> dict[str, Any] | None:

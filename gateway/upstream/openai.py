@@ -5,7 +5,7 @@ from urllib.parse import quote
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from gateway.conversation import PassedThrough
+from gateway.conversation import PassedThrough, StopReason
 from gateway.serializers import SPEECH_DEFAULTS
 from gateway.upstream import register
 from gateway.upstream.base import HttpAdapter
@@ -200,7 +200,16 @@ def is_embedding_list(body: dict[str, Any]) -> bool:
 
 # ---------------------------------------------------------------- the Responses API's answers, for the metering
 
-FINISHES = {"max_output_tokens": "length", "content_filter": "content_filter"}
+# The Responses API's reasons for an incomplete response as the neutral stop reasons, and the neutral reasons
+# that leave a response incomplete as its reasons (gateway.responses answers with these; any other reason
+# completes it). A response incomplete for a reason not named here was cut short: length.
+FINISHES = {"max_output_tokens": StopReason.LENGTH, "content_filter": StopReason.CONTENT_FILTER}
+INCOMPLETE: dict[str, str] = {StopReason.LENGTH: "max_output_tokens", StopReason.CONTENT_FILTER: "content_filter"}
+
+
+def incomplete_reason(finish: Any) -> str | None:
+    """A chat answer's finish reason as the reason a response is incomplete: None when it completed."""
+    return INCOMPLETE.get(finish or "")
 
 
 def _error_message(error: Any) -> str:
@@ -233,8 +242,8 @@ def responses_completion(response: dict[str, Any]) -> dict[str, Any]:
                           "function": {"name": item.get("name") or "", "arguments": str(arguments or "")}})
     details = response.get("incomplete_details")
     reason = details.get("reason") if isinstance(details, dict) else None
-    finish = FINISHES.get(str(reason), "length") if response.get("status") == "incomplete" else (
-        "tool_calls" if calls else "stop")
+    finish = FINISHES.get(str(reason), StopReason.LENGTH).value if response.get("status") == "incomplete" else (
+        StopReason.TOOL_CALLS.value if calls else StopReason.STOP.value)
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
     if calls:
         message["tool_calls"] = calls

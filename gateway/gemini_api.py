@@ -25,10 +25,11 @@ from typing import Any
 
 
 from gateway import services
+from gateway.conversation import PassedThrough
 from gateway.local_models import count_tokens
 from gateway.services import ChatDialect, OpenAIEvents, Outcome
 from gateway.upstream import gemini as gemini_upstream
-from gateway.upstream.shapes import PASSED_THROUGH, content_text
+from gateway.upstream.shapes import content_text
 from keys.models import ApiKey
 from utils_app.errors import (
     GatewayError,
@@ -43,9 +44,6 @@ from utils_app.errors import (
 STATUS_WORDS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 402: "RESOURCE_EXHAUSTED", 403: "PERMISSION_DENIED",
                 404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 502: "UNAVAILABLE", 503: "UNAVAILABLE",
                 504: "DEADLINE_EXCEEDED"}
-# OpenAI's finish reasons as Google's. A function call ends a Gemini turn with STOP.
-FINISH_REASONS = {"stop": "STOP", "length": "MAX_TOKENS", "content_filter": "SAFETY", "tool_calls": "STOP",
-                  "function_call": "STOP"}
 # Gemini's thinking levels, and thinking budgets in tokens, as OpenAI's reasoning efforts (the budgets are
 # gateway.upstream.honour's, read the other way: the smallest effort whose budget holds the one asked for).
 THINKING_LEVELS = {"MINIMAL": "minimal", "LOW": "low", "MEDIUM": "medium", "HIGH": "high"}
@@ -544,7 +542,7 @@ def generate_response(completion: dict, *, input_tokens: int, output_tokens: int
                 parts.append(_call_part(call.get("id"), function.get("name"), function.get("arguments")))
         index = choice.get("index")
         candidates.append({"content": {"role": "model", "parts": parts},
-                           "finishReason": FINISH_REASONS.get(choice.get("finish_reason") or "stop", "STOP"),
+                           "finishReason": gemini_upstream.google_finish_reason(choice.get("finish_reason")),
                            "index": index if type(index) is int else position})
     return {"candidates": candidates,
             "usageMetadata": usage_metadata(input_tokens=input_tokens, output_tokens=output_tokens, cached=cached,
@@ -587,8 +585,8 @@ class GeminiDialect(ChatDialect):
         return client.chat_stream(payload)
 
     def answer(self, completion: dict, *, input_tokens: int, output_tokens: int, cached: int) -> dict:
-        if PASSED_THROUGH in completion:  # Google's own answer, under the model's name as the client named it
-            answer = completion[PASSED_THROUGH]
+        if isinstance(completion, PassedThrough):  # Google's own answer, under the model's name as the client named it
+            answer = completion.native
             return {**answer, "modelVersion": completion.get("model")} if "modelVersion" in answer else answer
         return generate_response(completion, input_tokens=input_tokens, output_tokens=output_tokens, cached=cached)
 
@@ -627,9 +625,9 @@ class GeminiEvents(OpenAIEvents):
         return head + _json(item)
 
     def chunk(self, chunk: dict) -> bytes:
-        if PASSED_THROUGH in chunk:
+        if isinstance(chunk, PassedThrough):
             self.passed_through = True
-            event = chunk[PASSED_THROUGH]
+            event = chunk.native
             if "modelVersion" in event:
                 event = {**event, "modelVersion": chunk.get("model")}
             return self._frame(event)
@@ -651,7 +649,8 @@ class GeminiEvents(OpenAIEvents):
                 parts += [_call_part(call["id"], call["name"], call["arguments"])
                           for _, call in sorted(self.calls.pop(index, {}).items())]
                 self.final.append({"content": {"role": "model", "parts": parts},
-                                   "finishReason": FINISH_REASONS.get(choice["finish_reason"], "STOP"), "index": index})
+                                   "finishReason": gemini_upstream.google_finish_reason(choice["finish_reason"]),
+                                   "index": index})
             elif parts:
                 candidates.append({"content": {"role": "model", "parts": parts}, "index": index})
         if candidates:

@@ -21,11 +21,13 @@ from typing import Any
 
 from django.conf import settings
 
+from gateway.conversation import PassedThrough
 from gateway.json_schemas import SchemaWalk
 from gateway.local_models import count_tokens
 from gateway.services import ChatDialect, OpenAIEvents, ReplyTokens
 from gateway.upstream import honour
-from gateway.upstream.shapes import EVENT_NAME, PASSED_THROUGH, content_text, prompt_text, tool_call_id
+from gateway.upstream.anthropic import stop_reason
+from gateway.upstream.shapes import EVENT_NAME, content_text, prompt_text, tool_call_id
 from models_catalog.models import AiModel
 from utils_app.errors import (
     GatewayError,
@@ -39,8 +41,6 @@ from utils_app.errors import (
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
                403: "permission_error", 404: "not_found_error", 413: "request_too_large",
                429: "rate_limit_error", 503: "overloaded_error", 529: "overloaded_error"}
-STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",
-                "content_filter": "refusal"}
 # Members of a request translated into the chat request every deployment type takes. Any other member is
 # Anthropic's own: passed through to anthropic deployments as it came, left out and named for the others
 # (CONTRACT section 8). count_tokens counts the conversation, the system prompt and the tools, and accepts
@@ -484,10 +484,6 @@ def message_id(completion_id) -> str:
     return f"msg_{uuid.uuid4().hex[:24]}"
 
 
-def stop_reason(finish, called: bool) -> str:
-    return "tool_use" if called else STOP_REASONS.get(finish, "end_turn")
-
-
 def message_usage(usage) -> dict:
     """OpenAI's usage as Anthropic's: input_tokens are the ones not read from the cache."""
     usage = usage if isinstance(usage, dict) else {}
@@ -577,11 +573,11 @@ class AnthropicDialect(ChatDialect):
         with the metered token counts; a message passed through as Anthropic sent it, under the gateway's
         model id."""
         charged = (completion.get("usage") or {}).get("cost")
-        if PASSED_THROUGH in completion:
-            message = completion[PASSED_THROUGH]
-            usage = message.get("usage") if isinstance(message.get("usage"), dict) else {}
-            return {**message, "model": completion.get("model"),
-                    **({"usage": {**usage, "cost": charged}} if type(charged) is int else {})}
+        if isinstance(completion, PassedThrough):
+            native = completion.native
+            counts = native["usage"] if isinstance(native.get("usage"), dict) else {}
+            return {**native, "model": completion.get("model"),
+                    **({"usage": {**counts, "cost": charged}} if type(charged) is int else {})}
         choices = completion.get("choices") or [{}]
         choice = choices[0] if isinstance(choices[0], dict) else {}
         message = choice.get("message")
@@ -651,8 +647,8 @@ class AnthropicEvents(OpenAIEvents):
         return [_sse("content_block_stop", {"type": "content_block_stop", "index": self.index})]
 
     def chunk(self, chunk: dict) -> bytes:
-        if PASSED_THROUGH in chunk:  # Anthropic's own event, as it came (the model named as the client named it)
-            event = chunk[PASSED_THROUGH]
+        if isinstance(chunk, PassedThrough):  # Anthropic's own event, as it came (the model named as the client named it)
+            event = chunk.native
             self.started = self.passed_through = True
             if event.get("type") == "message_start" and isinstance(event.get("message"), dict):
                 event = {**event, "message": {**event["message"], "model": chunk.get("model")}}

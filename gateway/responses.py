@@ -24,9 +24,11 @@ import uuid
 from typing import Any
 
 from gateway import metering, serializers
+from gateway.conversation import PassedThrough
 from gateway.models import StoredResponse
 from gateway.services import ChatDialect, Meter, OpenAIEvents
-from gateway.upstream.shapes import EVENT_NAME, PASSED_THROUGH, content_text, tool_call_id
+from gateway.upstream.openai import incomplete_reason
+from gateway.upstream.shapes import EVENT_NAME, content_text, tool_call_id
 from keys.models import ApiKey
 from utils_app import clock
 from utils_app.errors import GatewayError, InvalidRequest, NotFound, UnsupportedParameter, UpstreamError
@@ -47,7 +49,6 @@ FORMATS = ("text", "json_object", "json_schema")
 WRAPPED = re.compile(r"gw1\.(?P<deployment>\d{1,18})\.(?P<content>.+)\Z", re.S)
 CUSTOM_INPUT = {"type": "object", "properties": {"input": {"type": "string", "description": "The tool's input."}},
                 "required": ["input"], "additionalProperties": False}
-INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 TABLE = StoredResponse._meta.db_table
 
 
@@ -524,8 +525,8 @@ class ResponsesDialect(ChatDialect):
                                reasoning=_reasoning_tokens(completion.get("usage")))
         if "cost" in _object(completion.get("usage")):  # the credits charged (CONTRACT section 12)
             usage["cost"] = completion["usage"]["cost"]
-        if PASSED_THROUGH in completion:
-            response = self.client_response(completion[PASSED_THROUGH])
+        if isinstance(completion, PassedThrough):
+            response = self.client_response(completion.native)
             self.final = {**response, "usage": usage}
             return self.final
         choices = completion.get("choices") or [{}]
@@ -539,7 +540,7 @@ class ResponsesDialect(ChatDialect):
             function = _object(_object(call).get("function"))
             output.append(call_item(_object(call).get("id") or tool_call_id(), str(function.get("name") or ""),
                                     str(function.get("arguments") or ""), self.customs))
-        reason = INCOMPLETE.get(choice.get("finish_reason") or "")
+        reason = incomplete_reason(choice.get("finish_reason"))
         self.final = response_object(self.body, response_id=self.response_id, created_at=self.created_at,
                                      model=self.model, output=output, status="incomplete" if reason else "completed",
                                      usage=usage, reason=reason)
@@ -599,8 +600,8 @@ class ResponsesEvents(OpenAIEvents):
     def chunk(self, chunk: dict) -> bytes:
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]  # the metered counts (and the credits charged)
-        if PASSED_THROUGH in chunk:
-            return self._passed(chunk[PASSED_THROUGH])
+        if isinstance(chunk, PassedThrough):
+            return self._passed(chunk.native)
         events = []
         if not self.started:
             self.started = True
@@ -745,7 +746,7 @@ class ResponsesEvents(OpenAIEvents):
         if self.passed_through:
             return b""
         events = self._close()
-        reason = INCOMPLETE.get(self.finish or "")
+        reason = incomplete_reason(self.finish)
         final = self._snapshot("incomplete" if reason else "completed", usage=self._usage(), reason=reason)
         self.dialect.final = final
         events.append(self._event("response.incomplete" if reason else "response.completed", {"response": final}))

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.conversation import PassedThrough, StopReason
 from gateway.json_schemas import SchemaWalk
 from gateway.upstream import register
 from gateway.upstream.base import HttpAdapter
@@ -26,7 +27,6 @@ from gateway.upstream.honour import REFUSALS, SERVER_FEATURES, name_left_out, re
 from gateway.upstream.shapes import (
     EVENT_NAME,
     Malformed,
-    PASSED_THROUGH,
     ChunkStream,
     content_text,
     data_url,
@@ -40,8 +40,16 @@ from utils_app.errors import GatewayError, InvalidRequest, UnsupportedParameter,
 
 API_VERSION = "2023-06-01"
 MESSAGES_PATH = "/v1/messages"
-FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "pause_turn": "stop", "max_tokens": "length",
-                  "model_context_window_exceeded": "length", "tool_use": "tool_calls", "refusal": "content_filter"}
+# Anthropic's stop reasons as the neutral ones, and the neutral ones as Anthropic's (gateway.messages answers
+# with these): a round trip keeps every reason but the ones two names share (stop_sequence and end_turn say
+# stop; function_call, chat's older tool call, comes back as tool_calls).
+FINISH_REASONS = {"end_turn": StopReason.STOP, "stop_sequence": StopReason.STOP, "pause_turn": StopReason.STOP,
+                  "max_tokens": StopReason.LENGTH, "model_context_window_exceeded": StopReason.LENGTH,
+                  "tool_use": StopReason.TOOL_CALLS, "refusal": StopReason.CONTENT_FILTER}
+STOP_REASONS = {StopReason.STOP: "end_turn", StopReason.LENGTH: "max_tokens", StopReason.TOOL_CALLS: "tool_use",
+                StopReason.FUNCTION_CALL: "tool_use", StopReason.CONTENT_FILTER: "refusal"}
+# The stream event that carries a content block's output (text, a tool's input, thinking).
+CONTENT_DELTA = "content_block_delta"
 # The status each of Anthropic's error types comes with: an error event in a stream carries only its type.
 ERROR_STATUSES = {"invalid_request_error": 400, "authentication_error": 401, "billing_error": 402,
                   "permission_error": 403, "not_found_error": 404, "request_too_large": 413,
@@ -101,19 +109,18 @@ class AnthropicAdapter(HttpAdapter):
 
     passes_through = True
 
-    def messages(self, body: dict[str, Any], *, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    def messages(self, body: dict[str, Any], *, headers: dict[str, Any] | None = None) -> PassedThrough:
         """A Messages request as the client sent it, under the deployment's model name (``headers``: the
         client's own that go with it, anthropic-beta). The answer is its chat translation, for the
-        metering, with Anthropic's message itself under PASSED_THROUGH."""
+        metering, passed through with Anthropic's message itself beside it."""
         self.transport.headers.update(headers or {})
         message = self.transport.post_json(MESSAGES_PATH, {**body, "model": self.upstream_model, "stream": False})
-        answer = completion(message, model=self.upstream_model, malformed=self.transport.malformed)
-        answer[PASSED_THROUGH] = message
-        return answer
+        return PassedThrough(completion(message, model=self.upstream_model, malformed=self.transport.malformed),
+                             message)
 
     def messages_stream(self, body: dict[str, Any], *, headers: dict[str, Any] | None = None) -> ChunkStream:
-        """The stream of a Messages request sent as it came: every event of Anthropic's under PASSED_THROUGH,
-        in a chunk that translates it (empty for the events that say nothing to the metering)."""
+        """The stream of a Messages request sent as it came: every event of Anthropic's passed through
+        beside the chunk that translates it (empty for the events that say nothing to the metering)."""
         self.transport.headers.update(headers or {})
         events = self.transport.stream(MESSAGES_PATH, {**body, "model": self.upstream_model, "stream": True})
         return ChunkStream(self._chunks(events, usage=True, passed_through=True), events.close)
@@ -130,7 +137,9 @@ class AnthropicAdapter(HttpAdapter):
             if passed_through:
                 if not (isinstance(event.get("type"), str) and EVENT_NAME.fullmatch(event["type"])):
                     raise self.transport.malformed("stream event")  # its type would name the client's event
-                chunk = {**(chunk or {}), PASSED_THROUGH: event}
+                # A content block's delta is output, thinking included (the client sees it, and Anthropic
+                # bills it as output), though a thinking delta translates to no content.
+                chunk = PassedThrough(chunk or {}, event, carries_output=event["type"] == CONTENT_DELTA)
             if chunk is not None:
                 yield chunk
             if stream.done:
@@ -407,11 +416,17 @@ def _part_unsupported(part: dict[str, Any], where: str) -> UnsupportedParameter:
 # ---------------------------------------------------------------- the answer
 
 def finish_reason(reason: Any, called: bool) -> str | None:
+    """Anthropic's stop reason as a chat answer's finish reason (``stop_reason`` is its reverse)."""
     if called:
-        return "tool_calls"  # an answer that calls a function, whatever Anthropic's reason
+        return StopReason.TOOL_CALLS.value  # an answer that calls a function, whatever Anthropic's reason
     if not reason:
         return None
-    return FINISH_REASONS.get(reason, "stop")
+    return FINISH_REASONS.get(reason, StopReason.STOP).value
+
+
+def stop_reason(finish: Any, called: bool) -> str:
+    """A chat answer's finish reason as Anthropic's stop reason (``finish_reason`` is its reverse)."""
+    return STOP_REASONS[StopReason.TOOL_CALLS] if called else STOP_REASONS.get(finish, "end_turn")
 
 
 def usage(counts: Any) -> dict[str, Any] | None:
@@ -531,7 +546,7 @@ class StreamTranslation:
             if block.get("type") == "text" and isinstance(block.get("text"), str) and block["text"]:
                 return self.chunk({"content": block["text"]})
             return None
-        if kind == "content_block_delta":
+        if kind == CONTENT_DELTA:
             delta, block = event.get("delta"), self.blocks.get(event.get("index"))
             if not isinstance(delta, dict) or block is None:
                 raise malformed("stream event")

@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 from django.conf import settings
 
+from gateway.conversation import PassedThrough, StopReason
 from gateway.json_schemas import MAX_DEPTH, Schema, SchemaWalk
 from gateway.upstream import register
 from gateway.upstream.base import HttpAdapter
@@ -48,10 +49,15 @@ from utils_app.errors import (
     UpstreamRejected,
 )
 
-FINISH_REASONS = {"STOP": "stop", "MAX_TOKENS": "length"}
-# Gemini's reasons for withholding output: OpenAI's content_filter.
+# Gemini's finish reasons as the neutral stop reasons, and the neutral ones as Gemini's (gateway.gemini_api
+# answers with these). Gemini has no reason for a tool call: a turn that calls a function ends with STOP, and
+# reads back as tool_calls because it calls one. Any reason not named here reads as stop.
+FINISH_REASONS = {"STOP": StopReason.STOP, "MAX_TOKENS": StopReason.LENGTH}
+# Gemini's reasons for withholding output: the neutral content_filter (which goes out as SAFETY).
 FILTERED = {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "LANGUAGE",
             "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION"}
+GOOGLE_REASONS = {StopReason.STOP: "STOP", StopReason.LENGTH: "MAX_TOKENS", StopReason.CONTENT_FILTER: "SAFETY",
+                  StopReason.TOOL_CALLS: "STOP", StopReason.FUNCTION_CALL: "STOP"}
 # Where Gemini 3 models keep the signature they need back with a function call; the key Google's own
 # OpenAI-compatible endpoint uses, so clients written for it keep working.
 SIGNATURE_KEY = "google"
@@ -601,11 +607,17 @@ def _inline(url: str, where: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- the answer
 
 def finish_reason(reason: Any, called: bool) -> str | None:
+    """Gemini's finish reason as a chat answer's (``google_finish_reason`` is its reverse)."""
     if called:
-        return "tool_calls"  # an answer that calls a function, whatever Gemini's reason
+        return StopReason.TOOL_CALLS.value  # an answer that calls a function, whatever Gemini's reason
     if not reason:
         return None
-    return "content_filter" if reason in FILTERED else FINISH_REASONS.get(reason, "stop")
+    return (StopReason.CONTENT_FILTER if reason in FILTERED else FINISH_REASONS.get(reason, StopReason.STOP)).value
+
+
+def google_finish_reason(finish: Any) -> str:
+    """A chat answer's finish reason as Gemini's (``finish_reason`` is its reverse)."""
+    return GOOGLE_REASONS.get(finish, "STOP")
 
 
 def usage(meta: Any) -> dict[str, Any] | None:
@@ -844,8 +856,7 @@ def embedding_list(body: dict[str, Any], *, model: str, normalise: bool, base64_
 
 # Google's Gemini API inbound (gateway.gemini_api) hands a gemini deployment the client's own request: these
 # send it as it came, under the deployment's name for the model (the path's), and hand back Google's answer
-# or events under PASSED_THROUGH, beside their chat translation, which only feeds the metering.
-from gateway.upstream.shapes import PASSED_THROUGH  # noqa: E402  (this section's own name)
+# or events passed through beside their chat translation, which only feeds the metering.
 
 
 def native_body(adapter: GeminiAdapter, body: dict[str, Any]) -> dict[str, Any]:
@@ -862,11 +873,10 @@ def _native_translation(answer: dict[str, Any], *, model: str, malformed: Malfor
     return completion(answer, model=model, malformed=malformed)
 
 
-def generate_native(adapter: GeminiAdapter, body: dict[str, Any]) -> dict[str, Any]:
+def generate_native(adapter: GeminiAdapter, body: dict[str, Any]) -> PassedThrough:
     answer = adapter.transport.post_json(adapter.path("generateContent"), native_body(adapter, body))
-    translated = _native_translation(answer, model=adapter.upstream_model, malformed=adapter.transport.malformed)
-    translated[PASSED_THROUGH] = answer
-    return translated
+    return PassedThrough(_native_translation(answer, model=adapter.upstream_model,
+                                             malformed=adapter.transport.malformed), answer)
 
 
 def stream_native(adapter: GeminiAdapter, body: dict[str, Any]) -> ChunkStream:
@@ -878,7 +888,7 @@ def stream_native(adapter: GeminiAdapter, body: dict[str, Any]) -> ChunkStream:
 
 
 def _native_chunks(adapter: GeminiAdapter, events: EventStream, *, candidates: int) -> Iterator[dict[str, Any]]:
-    """Each of Google's events under PASSED_THROUGH, in the chunk that translates it (no choice for an event
+    """Each of Google's events passed through beside the chunk that translates it (no choice for an event
     that says nothing to the metering, a thought summary say), with its usage where it carries usageMetadata."""
     stream = StreamTranslation(model=adapter.upstream_model, candidates=candidates)
     for data in events:
@@ -893,7 +903,7 @@ def _native_chunks(adapter: GeminiAdapter, events: EventStream, *, candidates: i
         counted = usage(event.get("usageMetadata"))
         if counted:
             chunk["usage"] = counted
-        yield {**chunk, PASSED_THROUGH: event}
+        yield PassedThrough(chunk, event)
         if stream.done:
             events.finished()
             break

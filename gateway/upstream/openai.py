@@ -5,10 +5,11 @@ from urllib.parse import quote
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+from gateway.conversation import PassedThrough, StopReason
 from gateway.serializers import SPEECH_DEFAULTS
 from gateway.upstream import register
 from gateway.upstream.base import HttpAdapter
-from gateway.upstream.shapes import EVENT_NAME, PASSED_THROUGH, Audio, ChunkStream, Image, tool_call_id
+from gateway.upstream.shapes import EVENT_NAME, Audio, ChunkStream, Image, tool_call_id
 from gateway.upstream.transport import EventStream, image_type, json_object
 from utils_app.errors import UpstreamError, UpstreamRejected
 
@@ -131,9 +132,9 @@ class OpenAIAdapter(HttpAdapter):
     def responses_path(self) -> str:
         return "/responses"
 
-    def responses(self, body: dict[str, Any]) -> dict[str, Any]:
+    def responses(self, body: dict[str, Any]) -> PassedThrough:
         """A Responses request under the deployment's model name, never stored upstream. The answer is its
-        chat translation, for the metering, with the response object itself under PASSED_THROUGH."""
+        chat translation, for the metering, passed through with the response object itself beside it."""
         answer = self.transport.post_json(self.responses_path(), {**body, "model": self.upstream_model,
                                                                   "store": False, "stream": False})
         if not isinstance(answer.get("output"), list) or not all(isinstance(item, dict) for item in answer["output"]):
@@ -141,10 +142,10 @@ class OpenAIAdapter(HttpAdapter):
         if answer.get("status") == "failed":
             raise UpstreamError(f"The upstream provider '{self.name}' failed the response: "
                                 f"{self.transport.clean(str(_error_message(answer.get('error'))))}")
-        return {**responses_completion(answer), PASSED_THROUGH: answer}
+        return PassedThrough(responses_completion(answer), answer)
 
     def responses_stream(self, body: dict[str, Any]) -> ChunkStream:
-        """The events of a streamed Responses request, each under PASSED_THROUGH in a chunk that translates
+        """The events of a streamed Responses request, each passed through beside a chunk that translates
         what the metering needs (text, tool calls, the finish and the usage) and commits the stream."""
         events = self.transport.stream(self.responses_path(), {**body, "model": self.upstream_model,
                                                                "store": False, "stream": True})
@@ -161,7 +162,7 @@ class OpenAIAdapter(HttpAdapter):
                     (event.get("response") or {}).get("error") if isinstance(event.get("response"), dict) else None)
                 raise UpstreamError(f"The upstream provider '{self.name}' failed during the stream: "
                                     f"{self.transport.clean(str(detail))}")
-            yield {**response_event_chunk(event), PASSED_THROUGH: event}
+            yield PassedThrough(response_event_chunk(event), event)
             if kind in ("response.completed", "response.incomplete"):
                 events.finished()
                 return
@@ -199,7 +200,16 @@ def is_embedding_list(body: dict[str, Any]) -> bool:
 
 # ---------------------------------------------------------------- the Responses API's answers, for the metering
 
-FINISHES = {"max_output_tokens": "length", "content_filter": "content_filter"}
+# The Responses API's reasons for an incomplete response as the neutral stop reasons, and the neutral reasons
+# that leave a response incomplete as its reasons (gateway.responses answers with these; any other reason
+# completes it). A response incomplete for a reason not named here was cut short: length.
+FINISHES = {"max_output_tokens": StopReason.LENGTH, "content_filter": StopReason.CONTENT_FILTER}
+INCOMPLETE: dict[str, str] = {StopReason.LENGTH: "max_output_tokens", StopReason.CONTENT_FILTER: "content_filter"}
+
+
+def incomplete_reason(finish: Any) -> str | None:
+    """A chat answer's finish reason as the reason a response is incomplete: None when it completed."""
+    return INCOMPLETE.get(finish or "")
 
 
 def _error_message(error: Any) -> str:
@@ -232,8 +242,8 @@ def responses_completion(response: dict[str, Any]) -> dict[str, Any]:
                           "function": {"name": item.get("name") or "", "arguments": str(arguments or "")}})
     details = response.get("incomplete_details")
     reason = details.get("reason") if isinstance(details, dict) else None
-    finish = FINISHES.get(str(reason), "length") if response.get("status") == "incomplete" else (
-        "tool_calls" if calls else "stop")
+    finish = FINISHES.get(str(reason), StopReason.LENGTH).value if response.get("status") == "incomplete" else (
+        StopReason.TOOL_CALLS.value if calls else StopReason.STOP.value)
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
     if calls:
         message["tool_calls"] = calls

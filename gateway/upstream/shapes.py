@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.conversation import PassedThrough
 from utils_app.errors import InvalidRequest, UpstreamError
 
 DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)(?:;[^,;]*)*;base64,(?P<data>.*)\Z", re.S)
@@ -75,10 +76,6 @@ class ChunkStream:
         self._close()
 
 
-# In a chat answer or chunk an adapter hands back for a request it passed through (an Anthropic
-# Messages request to an anthropic deployment, gateway.messages): the provider's own answer or event,
-# which the client gets as it is; the rest of the object is its translation, for the metering.
-PASSED_THROUGH = "passed_through"
 # The type of a passed-through event, which names it on its ``event:`` line: a plain name, or the event is
 # refused (a line break in it would end the line, and what follows would be an event of the upstream's making).
 EVENT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,99}")
@@ -86,10 +83,9 @@ EVENT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,99}")
 
 def commits(chunk: dict[str, Any]) -> bool:
     """Whether a chat chunk carries output: content, a tool call, a refusal or a finish reason; for a
-    stream passed through as the provider sent it, any content block's delta (thinking included: the
-    client sees it, and the provider bills it as output)."""
-    passed = chunk.get(PASSED_THROUGH)
-    if isinstance(passed, dict) and passed.get("type") == "content_block_delta":
+    stream passed through as the provider sent it, also an event its adapter marks as output though its
+    translation shows none (thinking: the client sees it, and the provider bills it as output)."""
+    if isinstance(chunk, PassedThrough) and chunk.carries_output:
         return True
     for choice in chunk.get("choices") or ():
         if not isinstance(choice, dict):

@@ -13,8 +13,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from gateway import local_models, probes
+from gateway.conversation import PassedThrough
 from gateway.messages import AnthropicEvents
-from gateway.upstream.shapes import PASSED_THROUGH
 from gateway.upstream.transport import scrub
 from models_catalog.models import Deployment, Provider
 from tests.gateway.anthropic_fake import (
@@ -303,6 +303,6 @@ def test_an_event_type_holding_an_event_of_its_own_after_output_ends_the_stream_
 @pytest.mark.parametrize("kind", [FORGED_TYPE, "ping\r", "", None, 7, "message stop"])
 def test_the_messages_stream_never_names_an_event_with_what_is_not_a_name(kind):
     with pytest.raises(UpstreamError):
-        AnthropicEvents().chunk({"model": "claude-chat", PASSED_THROUGH: {"type": kind}})
-    assert AnthropicEvents().chunk({"model": "claude-chat", PASSED_THROUGH: {"type": "ping"}}) == (
+        AnthropicEvents().chunk(PassedThrough({"model": "claude-chat"}, {"type": kind}))
+    assert AnthropicEvents().chunk(PassedThrough({"model": "claude-chat"}, {"type": "ping"})) == (
         b'event: ping\ndata: {"type":"ping"}\n\n')

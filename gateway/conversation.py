@@ -1,0 +1,115 @@
+"""The gateway's own shape of a conversation, typed: what every inbound API and every upstream adapter
+shares, whatever its wire.
+
+The neutral shape is the chat completion's (OpenAI's chat.completion and its chunks), so its stop reasons
+are OpenAI's finish reasons and its usage is chat's. Each wire maps to and from these beside its reverse:
+Anthropic's stop reasons in gateway.upstream.anthropic, Gemini's finish reasons in gateway.upstream.gemini,
+the Responses API's incomplete reasons in gateway.upstream.openai. What is typed so far and what still
+travels as a dict is in docs/architecture.md ("One conversation shape").
+"""
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class StopReason(StrEnum):
+    """Why a choice ended. A member is its own wire name in a chat answer (a ``str``), so a mapping keyed by
+    the members is read with the plain string a chunk carries."""
+
+    STOP = "stop"  # the model finished its turn, or met a stop sequence
+    LENGTH = "length"  # the output cap, or the context window, cut it short
+    TOOL_CALLS = "tool_calls"  # it ends calling one or more tools
+    CONTENT_FILTER = "content_filter"  # the provider withheld output, or the model refused
+    FUNCTION_CALL = "function_call"  # chat's older single-function call, still read from clients and upstreams
+
+
+def stop_reason(finish: Any) -> StopReason | None:
+    """A chat answer's ``finish_reason`` as the neutral reason: None for none or one no API names."""
+    try:
+        return StopReason(finish) if isinstance(finish, str) else None
+    except ValueError:
+        return None
+
+
+def finish_reason(reason: StopReason) -> str:
+    """The neutral reason as a chat answer's ``finish_reason`` (the reverse of ``stop_reason``)."""
+    return reason.value
+
+
+@dataclass(frozen=True)
+class Usage:
+    """The tokens of one answer: every input token (the cached ones included), every output token (the
+    reasoning ones included), and the two parts. Chat's usage carries them as prompt_tokens,
+    completion_tokens and their details."""
+
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @classmethod
+    def from_chat(cls, usage: Mapping[str, Any]) -> "Usage":
+        """Chat's usage, its counts trusted as whole numbers (the metering judges an upstream's own first)."""
+        def part(details: str, name: str) -> int:
+            found = usage.get(details)
+            return int(found.get(name) or 0) if isinstance(found, Mapping) else 0
+        return cls(input_tokens=int(usage.get("prompt_tokens") or 0),
+                   output_tokens=int(usage.get("completion_tokens") or 0),
+                   cached_tokens=part("prompt_tokens_details", "cached_tokens"),
+                   reasoning_tokens=part("completion_tokens_details", "reasoning_tokens"))
+
+    def chat(self) -> dict[str, Any]:
+        """As chat's usage: the details only where their part is counted."""
+        shown: dict[str, Any] = {"prompt_tokens": self.input_tokens, "completion_tokens": self.output_tokens,
+                                 "total_tokens": self.input_tokens + self.output_tokens}
+        if self.cached_tokens:
+            shown["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
+        if self.reasoning_tokens:
+            shown["completion_tokens_details"] = {"reasoning_tokens": self.reasoning_tokens}
+        return shown
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A call the model makes to one of the client's tools: its arguments as the JSON text the model wrote."""
+
+    id: str
+    name: str
+    arguments: str
+
+    @classmethod
+    def from_chat(cls, call: Mapping[str, Any]) -> "ToolCall":
+        function = call.get("function")
+        function = function if isinstance(function, Mapping) else {}
+        return cls(id=str(call.get("id") or ""), name=str(function.get("name") or ""),
+                   arguments=str(function.get("arguments") or ""))
+
+    def chat(self) -> dict[str, Any]:
+        """As a chat message's tool call."""
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+class PassedThrough(dict[str, Any]):
+    """What an adapter hands back for a request it sent as the client wrote it (a Messages request to an
+    anthropic deployment, a Responses request to a deployment that speaks it, a Gemini request to a gemini
+    one): ``native``, the provider's own answer or stream event, which the client gets as it came, kept
+    beside its neutral translation, which is the mapping itself.
+
+    It is a chat answer or chunk so that the metering reads and stamps it as it does any other (its usage,
+    the model's name) without knowing it was passed through; the codec that sent the request tests
+    ``isinstance(..., PassedThrough)`` and answers with ``native``. ``carries_output`` marks an event that
+    is output though its translation shows none (a thinking delta): it commits a stream
+    (gateway.upstream.shapes.ChunkStream) as content does.
+    """
+
+    __slots__ = ("native", "carries_output")
+
+    def __init__(self, translation: Mapping[str, Any], native: dict[str, Any], *,
+                 carries_output: bool = False) -> None:
+        super().__init__(translation)
+        self.native = native
+        self.carries_output = carries_output
+
+    def __repr__(self) -> str:
+        return f"PassedThrough({dict(self)!r}, native={self.native!r})"

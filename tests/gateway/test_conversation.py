@@ -1,0 +1,186 @@
+"""The neutral conversation shape (gateway/conversation.py) and each wire's stop reasons mapped to it and
+back: every neutral reason out and in again, every wire reason in and out again. Where two names of a wire
+say one neutral reason (Anthropic's stop_sequence and end_turn) a round trip gives the one the gateway
+answers with, and a test names each such pair, so that a new reason cannot fold into another unseen."""
+import json
+
+import pytest
+
+from gateway.conversation import PassedThrough, StopReason, ToolCall, Usage, finish_reason, stop_reason
+from gateway.upstream import anthropic, gemini, openai
+from gateway.upstream.shapes import ChunkStream, commits
+
+# Chat's older single-function call has no name of its own on any other wire: it goes out as a tool call.
+FOLDED_NEUTRAL = {StopReason.FUNCTION_CALL: StopReason.TOOL_CALLS}
+
+
+def after_folding(reason: StopReason) -> StopReason:
+    return FOLDED_NEUTRAL.get(reason, reason)
+
+
+# ---------------------------------------------------------------- chat's finish reasons (the neutral ones)
+
+@pytest.mark.parametrize("reason", list(StopReason))
+def test_every_neutral_reason_is_its_own_chat_finish_reason_and_reads_back_as_itself(reason):
+    wire = finish_reason(reason)
+    assert type(wire) is str and wire == reason.value
+    assert stop_reason(wire) is reason
+
+
+@pytest.mark.parametrize("wire", [None, "", "paused", 3, ["stop"]])
+def test_a_finish_reason_no_api_names_reads_as_none(wire):
+    assert stop_reason(wire) is None
+
+
+# ---------------------------------------------------------------- Anthropic
+
+@pytest.mark.parametrize("reason", list(StopReason))
+def test_every_neutral_reason_goes_to_anthropic_and_comes_back(reason):
+    wire = anthropic.stop_reason(reason.value, called=False)
+    back = anthropic.finish_reason(wire, called=reason in (StopReason.TOOL_CALLS, StopReason.FUNCTION_CALL))
+    assert back == after_folding(reason)
+
+
+@pytest.mark.parametrize("wire", sorted(anthropic.FINISH_REASONS))
+def test_every_anthropic_stop_reason_comes_in_and_goes_back_out(wire):
+    called = wire == "tool_use"
+    finish = anthropic.finish_reason(wire, called=called)
+    assert stop_reason(finish) is anthropic.FINISH_REASONS[wire]
+    out = anthropic.stop_reason(finish, called=called)
+    assert out == wire or anthropic.FINISH_REASONS[out] == anthropic.FINISH_REASONS[wire]
+
+
+def test_the_anthropic_reasons_that_share_a_neutral_one_go_back_as_the_first_named():
+    shared = {wire: anthropic.stop_reason(anthropic.finish_reason(wire, called=False), called=False)
+              for wire in anthropic.FINISH_REASONS
+              if anthropic.stop_reason(anthropic.finish_reason(wire, called=False), called=False) != wire}
+    assert shared == {"stop_sequence": "end_turn", "pause_turn": "end_turn",
+                      "model_context_window_exceeded": "max_tokens"}
+
+
+def test_anthropic_names_every_neutral_reason():
+    assert set(anthropic.STOP_REASONS) == set(StopReason)
+
+
+def test_an_anthropic_answer_that_calls_a_tool_is_tool_use_whatever_its_reason():
+    assert anthropic.finish_reason("end_turn", called=True) == "tool_calls"
+    assert anthropic.stop_reason("stop", called=True) == "tool_use"
+
+
+def test_anthropic_reasons_it_never_named_read_as_stop_and_go_out_as_end_turn():
+    assert anthropic.finish_reason("a_reason_of_tomorrow", called=False) == "stop"
+    assert anthropic.finish_reason(None, called=False) is None
+    assert anthropic.stop_reason("paused", called=False) == "end_turn"
+    assert anthropic.stop_reason(None, called=False) == "end_turn"
+
+
+# ---------------------------------------------------------------- Gemini
+
+def gemini_wire_reasons():
+    return sorted(set(gemini.FINISH_REASONS) | gemini.FILTERED)
+
+
+@pytest.mark.parametrize("reason", list(StopReason))
+def test_every_neutral_reason_goes_to_gemini_and_comes_back(reason):
+    wire = gemini.google_finish_reason(reason.value)
+    # Gemini has no reason for a tool call: the call itself says it.
+    back = gemini.finish_reason(wire, called=reason in (StopReason.TOOL_CALLS, StopReason.FUNCTION_CALL))
+    assert back == after_folding(reason)
+
+
+@pytest.mark.parametrize("wire", gemini_wire_reasons())
+def test_every_gemini_finish_reason_comes_in_and_goes_back_out(wire):
+    finish = gemini.finish_reason(wire, called=False)
+    out = gemini.google_finish_reason(finish)
+    # Every reason for withholding output says content_filter, which goes out as SAFETY.
+    assert out == ("SAFETY" if wire in gemini.FILTERED else wire)
+    assert gemini.finish_reason(out, called=False) == finish
+
+
+def test_gemini_names_every_neutral_reason():
+    assert set(gemini.GOOGLE_REASONS) == set(StopReason)
+
+
+def test_gemini_reasons_it_never_named_read_as_stop_and_go_out_as_stop():
+    assert gemini.finish_reason("FINISH_REASON_UNSPECIFIED", called=False) == "stop"
+    assert gemini.finish_reason(None, called=False) is None
+    assert gemini.google_finish_reason(None) == "STOP"
+    assert gemini.google_finish_reason("paused") == "STOP"
+
+
+# ---------------------------------------------------------------- the Responses API's incomplete reasons
+
+def responses_finish(status, reason=None, calls=False):
+    output = [{"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"}] if calls else []
+    response = {"id": "resp_1", "status": status, "output": output,
+                **({"incomplete_details": {"reason": reason}} if reason else {})}
+    return openai.responses_completion(response)["choices"][0]["finish_reason"]
+
+
+@pytest.mark.parametrize("reason", list(StopReason))
+def test_every_neutral_reason_goes_to_a_response_and_comes_back(reason):
+    incomplete = openai.incomplete_reason(reason.value)
+    calls = reason in (StopReason.TOOL_CALLS, StopReason.FUNCTION_CALL)
+    back = responses_finish("incomplete" if incomplete else "completed", incomplete, calls=calls)
+    assert back == after_folding(reason)
+
+
+@pytest.mark.parametrize("wire", sorted(openai.FINISHES))
+def test_every_incomplete_reason_comes_in_and_goes_back_out(wire):
+    assert openai.incomplete_reason(responses_finish("incomplete", wire)) == wire
+
+
+def test_a_response_incomplete_for_a_reason_never_named_was_cut_short():
+    assert responses_finish("incomplete", "a_reason_of_tomorrow") == "length"
+    assert openai.incomplete_reason(None) is None and openai.incomplete_reason("stop") is None
+
+
+# ---------------------------------------------------------------- usage and tool calls
+
+def test_usage_goes_to_chat_and_comes_back():
+    usage = Usage(input_tokens=30, output_tokens=9, cached_tokens=10, reasoning_tokens=4)
+    assert usage.chat() == {"prompt_tokens": 30, "completion_tokens": 9, "total_tokens": 39,
+                            "prompt_tokens_details": {"cached_tokens": 10},
+                            "completion_tokens_details": {"reasoning_tokens": 4}}
+    assert Usage.from_chat(usage.chat()) == usage
+    assert Usage.from_chat({}) == Usage(0, 0)
+    assert Usage(3, 2).chat() == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+
+
+def test_a_tool_call_goes_to_chat_and_comes_back():
+    call = ToolCall(id="call_1", name="get_weather", arguments='{"city": "Oslo"}')
+    assert call.chat() == {"id": "call_1", "type": "function",
+                           "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+    assert ToolCall.from_chat(call.chat()) == call
+    assert ToolCall.from_chat({"function": None}) == ToolCall(id="", name="", arguments="")
+
+
+# ---------------------------------------------------------------- what passes through
+
+def test_a_passed_through_answer_is_its_translation_with_the_providers_own_beside_it():
+    native = {"type": "message", "content": [{"type": "text", "text": "Hi"}]}
+    answer = PassedThrough({"object": "chat.completion", "choices": []}, native)
+    answer["model"] = "claude-chat"  # the metering stamps the translation as any other answer
+    assert answer == {"object": "chat.completion", "choices": [], "model": "claude-chat"}
+    assert answer.native is native and "model" not in native
+    # Only the translation is the mapping: the provider's answer never leaks into what is serialised of it.
+    assert json.loads(json.dumps(answer)) == dict(answer)
+
+
+def test_only_an_event_its_adapter_marks_as_output_commits_a_stream_that_shows_none():
+    thinking = {"type": "content_block_delta", "delta": {"type": "thinking_delta", "thinking": "Hm"}}
+    assert commits(PassedThrough({"choices": []}, thinking, carries_output=True))
+    assert not commits(PassedThrough({"choices": []}, thinking))
+    assert not commits({"choices": [], "native": thinking})
+    assert commits(PassedThrough({"choices": [{"index": 0, "delta": {"content": "Hi"}}]}, {}))
+
+
+def test_a_stream_passed_through_holds_its_events_up_to_the_first_that_carries_output():
+    events = [PassedThrough({"choices": []}, {"type": "message_start"}),
+              PassedThrough({"choices": []}, {"type": "content_block_delta"}, carries_output=True),
+              PassedThrough({"choices": []}, {"type": "message_stop"})]
+    closed = []
+    stream = ChunkStream(iter(events), lambda: closed.append(True))
+    relayed = list(stream)
+    assert all(isinstance(chunk, PassedThrough) for chunk in relayed) and not closed
+    assert [chunk.native["type"] for chunk in relayed] == ["message_start", "content_block_delta", "message_stop"]

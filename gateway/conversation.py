@@ -8,7 +8,6 @@ the Responses API's incomplete reasons in gateway.upstream.openai. What is typed
 travels as a dict is in docs/architecture.md ("One conversation shape").
 """
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -35,59 +34,6 @@ def stop_reason(finish: Any) -> StopReason | None:
 def finish_reason(reason: StopReason) -> str:
     """The neutral reason as a chat answer's ``finish_reason`` (the reverse of ``stop_reason``)."""
     return reason.value
-
-
-@dataclass(frozen=True)
-class Usage:
-    """The tokens of one answer: every input token (the cached ones included), every output token (the
-    reasoning ones included), and the two parts. Chat's usage carries them as prompt_tokens,
-    completion_tokens and their details."""
-
-    input_tokens: int
-    output_tokens: int
-    cached_tokens: int = 0
-    reasoning_tokens: int = 0
-
-    @classmethod
-    def from_chat(cls, usage: Mapping[str, Any]) -> "Usage":
-        """Chat's usage, its counts trusted as whole numbers (the metering judges an upstream's own first)."""
-        def part(details: str, name: str) -> int:
-            found = usage.get(details)
-            return int(found.get(name) or 0) if isinstance(found, Mapping) else 0
-        return cls(input_tokens=int(usage.get("prompt_tokens") or 0),
-                   output_tokens=int(usage.get("completion_tokens") or 0),
-                   cached_tokens=part("prompt_tokens_details", "cached_tokens"),
-                   reasoning_tokens=part("completion_tokens_details", "reasoning_tokens"))
-
-    def chat(self) -> dict[str, Any]:
-        """As chat's usage: the details only where their part is counted."""
-        shown: dict[str, Any] = {"prompt_tokens": self.input_tokens, "completion_tokens": self.output_tokens,
-                                 "total_tokens": self.input_tokens + self.output_tokens}
-        if self.cached_tokens:
-            shown["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
-        if self.reasoning_tokens:
-            shown["completion_tokens_details"] = {"reasoning_tokens": self.reasoning_tokens}
-        return shown
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """A call the model makes to one of the client's tools: its arguments as the JSON text the model wrote."""
-
-    id: str
-    name: str
-    arguments: str
-
-    @classmethod
-    def from_chat(cls, call: Mapping[str, Any]) -> "ToolCall":
-        function = call.get("function")
-        function = function if isinstance(function, Mapping) else {}
-        return cls(id=str(call.get("id") or ""), name=str(function.get("name") or ""),
-                   arguments=str(function.get("arguments") or ""))
-
-    def chat(self) -> dict[str, Any]:
-        """As a chat message's tool call."""
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
 class PassedThrough(dict[str, Any]):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gateway.conversation import PassedThrough, StopReason, ToolCall, Usage, finish_reason, stop_reason
+from gateway.conversation import PassedThrough, StopReason, finish_reason, stop_reason
 from gateway.upstream import anthropic, gemini, openai
 from gateway.upstream.shapes import ChunkStream, commits
 
@@ -133,26 +133,6 @@ def test_every_incomplete_reason_comes_in_and_goes_back_out(wire):
 def test_a_response_incomplete_for_a_reason_never_named_was_cut_short():
     assert responses_finish("incomplete", "a_reason_of_tomorrow") == "length"
     assert openai.incomplete_reason(None) is None and openai.incomplete_reason("stop") is None
-
-
-# ---------------------------------------------------------------- usage and tool calls
-
-def test_usage_goes_to_chat_and_comes_back():
-    usage = Usage(input_tokens=30, output_tokens=9, cached_tokens=10, reasoning_tokens=4)
-    assert usage.chat() == {"prompt_tokens": 30, "completion_tokens": 9, "total_tokens": 39,
-                            "prompt_tokens_details": {"cached_tokens": 10},
-                            "completion_tokens_details": {"reasoning_tokens": 4}}
-    assert Usage.from_chat(usage.chat()) == usage
-    assert Usage.from_chat({}) == Usage(0, 0)
-    assert Usage(3, 2).chat() == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
-
-
-def test_a_tool_call_goes_to_chat_and_comes_back():
-    call = ToolCall(id="call_1", name="get_weather", arguments='{"city": "Oslo"}')
-    assert call.chat() == {"id": "call_1", "type": "function",
-                           "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
-    assert ToolCall.from_chat(call.chat()) == call
-    assert ToolCall.from_chat({"function": None}) == ToolCall(id="", name="", arguments="")
 
 
 # ---------------------------------------------------------------- what passes through

@@ -23,7 +23,8 @@ from django.conf import settings
 
 from gateway.json_schemas import SchemaWalk
 from gateway.local_models import count_tokens
-from gateway.services import ChatDialect, OpenAIEvents, ReplyTokens
+from gateway.relay import OpenAIEvents, ReplyTokens
+from gateway.services import ChatDialect
 from gateway.upstream import honour
 from gateway.upstream.shapes import EVENT_NAME, PASSED_THROUGH, content_text, prompt_text, tool_call_id
 from models_catalog.models import AiModel

@@ -25,7 +25,9 @@ from typing import Any
 
 from gateway import metering, serializers
 from gateway.models import StoredResponse
-from gateway.services import ChatDialect, Meter, OpenAIEvents
+from gateway.pipeline import Meter
+from gateway.relay import OpenAIEvents
+from gateway.services import ChatDialect
 from gateway.upstream.shapes import EVENT_NAME, PASSED_THROUGH, content_text, tool_call_id
 from keys.models import ApiKey
 from utils_app import clock

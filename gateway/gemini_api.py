@@ -24,10 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-from gateway import services
 from gateway.conversation import PassedThrough
 from gateway.local_models import count_tokens
-from gateway.services import ChatDialect, OpenAIEvents, Outcome
+from gateway.pipeline import Outcome, metered
+from gateway.prices import Hold
+from gateway.relay import OpenAIEvents
+from gateway.services import ChatDialect
 from gateway.upstream import gemini as gemini_upstream
 from gateway.upstream.shapes import content_text
 from keys.models import ApiKey
@@ -768,8 +770,8 @@ def embed(*, request, key: ApiKey, model_id: str, embed_request: EmbedRequest, b
     """POST models/{id}:embedContent and :batchEmbedContents: metered as /v1/embeddings is (operation
     ``embedding``); a gemini deployment gets the request as it came, any other the texts as OpenAI's input."""
     texts = embed_request.texts
-    hold = services.Hold(input_tokens=lambda: sum(count_tokens(text) for text in texts))
-    with services.metered(request=request, key=key, operation="embedding", model_id=model_id, hold=hold) as meter:
+    hold = Hold(input_tokens=lambda: sum(count_tokens(text) for text in texts))
+    with metered(request=request, key=key, operation="embedding", model_id=model_id, hold=hold) as meter:
         def call(client) -> tuple[list[list[float]], int | None]:
             if isinstance(client, gemini_upstream.GeminiAdapter):
                 return gemini_upstream.embed_native(client, embed_request.method, body)

@@ -26,7 +26,7 @@ from drf_spectacular.utils import (
 from rest_framework import serializers as drf_serializers
 from rest_framework.response import Response
 
-from gateway import gemini_api, routing, serializers, services
+from gateway import gemini_api, pipeline, routing, serializers, services
 from gateway.notes import RequestNotes
 from gateway.views import KeyLimitedView, MeteredView
 from models_catalog import catalog
@@ -186,7 +186,7 @@ class GeminiMethodView(GeminiViewMixin, MeteredView):
                                   f"most countTokens takes.")
         body = parse_json_object(request.body)
         # A model the gateway does not serve is what the client learns first, whatever else its body holds.
-        services.resolve_model(key=request.user, operation="chat", model_id=self.model_id)
+        pipeline.resolve_model(key=request.user, operation="chat", model_id=self.model_id)
         params = gemini_api.counting_request(body, self.model_id)
         params, _ = serializers.ChatCompletionRequest(data=params).validated()
         return Response({"totalTokens": services.estimate_chat_tokens(key=request.user, params=params)})

@@ -24,7 +24,8 @@ from django.conf import settings
 from gateway.conversation import PassedThrough
 from gateway.json_schemas import SchemaWalk
 from gateway.local_models import count_tokens
-from gateway.services import ChatDialect, OpenAIEvents, ReplyTokens
+from gateway.relay import OpenAIEvents, ReplyTokens
+from gateway.services import ChatDialect
 from gateway.upstream import honour
 from gateway.upstream.anthropic import stop_reason
 from gateway.upstream.shapes import EVENT_NAME, content_text, prompt_text, tool_call_id

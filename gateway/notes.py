@@ -3,7 +3,7 @@
 The view builds it top to bottom (gateway.views.MeteredView): the key authentication found, the
 body parsed once, the model the body names (from the catalog snapshot, as the client named it),
 the key's limit windows and the model's health, both from the request's one Redis round trip.
-The metering pipeline (gateway.services) reads it from there; nothing travels in loose attributes
+The metering pipeline (gateway.pipeline) reads it from there; nothing travels in loose attributes
 of the request, and no lower floor reaches up to fill it.
 """
 from dataclasses import dataclass

@@ -26,7 +26,9 @@ from typing import Any
 from gateway import metering, serializers
 from gateway.conversation import PassedThrough
 from gateway.models import StoredResponse
-from gateway.services import ChatDialect, Meter, OpenAIEvents
+from gateway.pipeline import Meter
+from gateway.relay import OpenAIEvents
+from gateway.services import ChatDialect
 from gateway.upstream.openai import incomplete_reason
 from gateway.upstream.shapes import EVENT_NAME, content_text, tool_call_id
 from keys.models import ApiKey

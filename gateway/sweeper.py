@@ -90,7 +90,7 @@ def longest_request_seconds() -> float:
     """The longest a metered request can run with the catalog as it is now (docs/ledger.md).
 
     Every attempt of a request over its pool shares one budget, the longest timeout of the
-    pool's providers (gateway.services.Meter): no attempt starts after it, and a non-streamed
+    pool's providers (gateway.pipeline.Meter): no attempt starts after it, and a non-streamed
     one ends within it. A stream begun at its very end is cut STREAM_MAX_SECONDS after its
     upstream answered, however lively. Then the answer is shaped, stored and settled.
     """

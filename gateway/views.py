@@ -1,7 +1,7 @@
 """HTTP views of the metered model operations: parse, call one service, answer.
 
 The rules live in gateway.serializers (what a valid request is) and
-gateway.services (the metering pipeline); these views only translate.
+gateway.pipeline (the metering pipeline); these views only translate.
 """
 from django.conf import settings
 from django.http import FileResponse, HttpResponse, StreamingHttpResponse
@@ -14,7 +14,7 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from gateway import idempotency, media, messages, routing, serializers, services
+from gateway import idempotency, media, messages, pipeline, routing, serializers, services
 from keys.auth import BearerKeyAuthentication, HasApiKey
 from gateway.notes import RequestNotes, notes_of
 from gateway.upstream import honour
@@ -79,7 +79,7 @@ def wants_raw_audio(accept: str) -> bool:
     return not (json_q > 0 and json_q >= raw_q)
 
 
-def respond(outcome: services.Outcome):
+def respond(outcome: pipeline.Outcome):
     response: HttpResponseBase
     if outcome.stream is not None:
         response = StreamingHttpResponse(outcome.stream, content_type="text/event-stream; charset=utf-8",
@@ -149,7 +149,7 @@ class KeyLimitedView(APIView):
 class MeteredView(KeyLimitedView):
     """One metered request, in the contract's order (section 4): authenticate, count the limits and read the
     model's health (one round trip), parse the body, resolve the model and the tier, validate the rest,
-    then replay an Idempotency-Key retry or run the operation (charge, call, settle: gateway.services)."""
+    then replay an Idempotency-Key retry or run the operation (charge, call, settle: gateway.pipeline)."""
 
     request_serializer: type[StrictSerializer]
     # The model type the operation serves (a model of another type is model_type_mismatch).
@@ -177,7 +177,7 @@ class MeteredView(KeyLimitedView):
             raise notes.body
         if notes.model_name is not None:
             # A model the gateway does not serve is what the client learns first, whatever else its body holds.
-            services.resolve_model(key=request.user, operation=self.operation, model_id=notes.model_name)
+            pipeline.resolve_model(key=request.user, operation=self.operation, model_id=notes.model_name)
         params, sent = self.validate(notes.body)
         replay = services.previous_answer(request=request, key=request.user)
         return respond(replay or self.operate(request, params, sent))
@@ -186,7 +186,7 @@ class MeteredView(KeyLimitedView):
         """(validated parameters, the names the client sent)."""
         return self.request_serializer.with_data(body).validated()
 
-    def operate(self, request, params: dict, sent: set) -> services.Outcome:
+    def operate(self, request, params: dict, sent: set) -> pipeline.Outcome:
         raise NotImplementedError
 
 
@@ -353,7 +353,7 @@ class CountTokensView(KeyLimitedView):
         body = parse_json_object(request.body)
         if isinstance(body.get("model"), str):
             # A model the gateway does not serve is what the client learns first, whatever else its body holds.
-            services.resolve_model(key=request.user, operation="chat", model_id=body["model"])
+            pipeline.resolve_model(key=request.user, operation="chat", model_id=body["model"])
         params = messages.chat_params(body, counting=True)
         params, _ = serializers.ChatCompletionRequest(data=params).validated()
         return Response({"input_tokens": services.estimate_chat_tokens(key=request.user, params=params)})

@@ -32,7 +32,7 @@ from utils_app.cache import cache_get, cache_set
 COUNTERS = ("requests", "completed", "failed", "input_tokens", "output_tokens", "credits", "latency_ms_total")
 LAST_24_HOURS = timedelta(hours=24)
 
-# The gateway stamps a usage row with the time it writes it (gateway.services), so
+# The gateway stamps a usage row with the time it writes it (gateway.metering), so
 # hours further back than this margin receive nothing new; the margin also covers a
 # stamp taken a while before the insert lands. A row back-dated past it by hand (an
 # import) is counted from the next hour on.

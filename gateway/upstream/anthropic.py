@@ -435,7 +435,7 @@ def usage(counts: Any) -> dict[str, Any] | None:
     if not isinstance(counts, dict):
         return None
     # A count sent but unusable (negative, fractional, text) leaves its total out, and the gateway's estimate
-    # is metered instead (docs/hardening.md); the metering clamps what is left (gateway.services).
+    # is metered instead (docs/hardening.md); the metering clamps what is left (gateway.prices).
     cached, fresh, written, output = (tokens_reported(counts, name) for name in (
         "cache_read_input_tokens", "input_tokens", "cache_creation_input_tokens", "output_tokens"))
     counted: dict[str, Any] = {}

@@ -218,7 +218,7 @@ def _error_message(error: Any) -> str:
 
 def response_usage(usage: Any) -> dict[str, Any]:
     """The Responses API's usage as chat's (input_tokens -> prompt_tokens…); counts left as sent, for the
-    metering to judge (gateway.services)."""
+    metering to judge (gateway.prices)."""
     usage = usage if isinstance(usage, dict) else {}
     found: dict[str, Any] = {"prompt_tokens": usage.get("input_tokens"), "completion_tokens": usage.get("output_tokens")}
     for name, detail, chat_name in (("input_tokens_details", "cached_tokens", "prompt_tokens_details"),

@@ -19,7 +19,7 @@ Malformed = Callable[[str], UpstreamError]
 def tokens_reported(counts: dict[str, Any], name: str) -> int | None:
     """A token count of an upstream's usage as reported: 0 when left out, None when sent but unusable
     (negative, fractional, text, a boolean), which makes the metering use its own estimate instead.
-    Only the metering clamps a count (gateway.services), once, for the ledger and the answer alike."""
+    Only the metering clamps a count (gateway.prices), once, for the ledger and the answer alike."""
     value = counts.get(name)
     if value is None:
         return 0

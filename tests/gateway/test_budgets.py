@@ -11,7 +11,7 @@ from decimal import Decimal
 import pytest
 import requests
 
-from gateway import metering, services
+from gateway import metering, prices
 from keys.ledger import mismatches
 from keys.models import ApiKey, LedgerEntry
 from keys.pricing import mispriced
@@ -111,7 +111,7 @@ def test_a_settlement_after_its_period_ended_gives_nothing_back_to_the_new_one(p
     clock.set(at("2026-03-04 23:59:00"))
     key, _ = budgeted(make_key, budget=100)
     model = AiModel.objects.get(model_id="fake-chat")
-    terms = services.token_prices(model)
+    terms = prices.token_prices(model)
     first = metering.charge(key=key, model=model, operation="chat", amount=30, request_id="a", prices=terms)
     clock.advance(120)  # the next day: the next charge opens a new period
     second = metering.charge(key=key, model=model, operation="chat", amount=10, request_id="b", prices=terms)

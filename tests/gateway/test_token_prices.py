@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from gateway import metering, services
+from gateway import metering, prices
 from gateway.local_models import count_tokens
 from keys.ledger import mismatches
 from keys.models import ApiKey, LedgerEntry
@@ -56,7 +56,7 @@ def reconciled() -> bool:
 def hold_for(messages, cap: int, *, fee: int = 1) -> int:
     """The hold the contract's rule gives: the gateway's count of the prompt (with each message's share) and
     the output cap, at the test's prices."""
-    prompt = services.prompt_tokens_held({"messages": messages})
+    prompt = prices.prompt_tokens_held({"messages": messages})
     return fee + math.ceil((prompt * Decimal("250.5") + cap * 2000) / 1_000_000)
 
 
@@ -260,7 +260,7 @@ def test_a_price_change_leaves_the_settled_rows_as_they_were(client, priced, ups
 def test_the_give_back_never_lifts_a_key_above_its_max_credits(priced, make_key):
     key, _ = make_key(credits=100, max_credits=100)
     model = AiModel.objects.get(model_id="fake-chat")
-    terms = services.token_prices(model)
+    terms = prices.token_prices(model)
     entry = metering.charge(key=key, model=model, operation="chat", amount=10, request_id="r", prices=terms)
     # A refill meanwhile brings the key back to its maxCredits, with its ledger row.
     LedgerEntry.objects.create(key=key, kind="refill", amount=10, balance_after=100, created_at=row_time(entry))
@@ -306,7 +306,7 @@ def test_a_group_settles_holds_of_different_sizes_as_they_would_settle_alone(pri
 
     release_connection(connection)
     model = AiModel.objects.get(model_id="fake-chat")
-    terms = services.token_prices(model)
+    terms = prices.token_prices(model)
     keys = [make_key(credits=100, max_credits=100)[0] for _ in range(3)]
     holds = [7, 30, 12]
     charge_items = [{"amount": hold, "now": timezone.now(), "key": key.pk, "tier": key.tier, "request_id": str(n),

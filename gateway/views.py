@@ -14,7 +14,10 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from gateway import idempotency, media, messages, pipeline, routing, serializers, services
+from gateway import idempotency, media, pipeline, routing, serializers, services
+from gateway.messages import dialect as messages_dialect
+from gateway.messages import errors as messages_errors
+from gateway.messages import request as messages_request
 from keys.auth import BearerKeyAuthentication, HasApiKey
 from gateway.notes import RequestNotes, notes_of
 from gateway.upstream import honour
@@ -220,10 +223,10 @@ AnthropicErrorBody = inline_serializer(name="AnthropicErrorBody", fields={
         "message": drf_serializers.CharField()}),
 })
 ANTHROPIC_ERRORS = {status: OpenApiResponse(AnthropicErrorBody, description=f"Anthropic's error type "
-                                                                           f"{messages.error_type(status)}")
+                                                                           f"{messages_errors.error_type(status)}")
                     for status in (400, 401, 402, 403, 404, 405, 409, 413, 422, 429, 500, 502, 503, 504)}
 
-# Anthropic's request body as gateway.messages.translate reads it: the members it requires, with their
+# Anthropic's request body as gateway.messages.request.translate reads it: the members it requires, with their
 # types; the translated request is then held to ChatCompletionRequest's ranges. An optional member sent as
 # null counts as left out. A member it does not translate goes on to an anthropic deployment as it is and is
 # left out and named (X-Gateway-Ignored) by any other, so both bodies stay open; count_tokens counts the
@@ -311,19 +314,19 @@ class MessagesView(MeteredView):
     request_serializer = serializers.ChatCompletionRequest
 
     def get_exception_handler(self):
-        return messages.exception_handler
+        return messages_errors.exception_handler
 
     def validate(self, body):
         self.anthropic_body = body  # passed through as it is to an anthropic deployment
-        params, self.translation = messages.translate(body)  # and what the other types cannot honour
+        params, self.translation = messages_request.translate(body)  # and what the other types cannot honour
         return super().validate(params)
 
     def operate(self, request, params, sent):
-        beta = messages.beta_header(request.META.get("HTTP_ANTHROPIC_BETA", ""))
+        beta = messages_request.beta_header(request.META.get("HTTP_ANTHROPIC_BETA", ""))
         model = notes_of(request).model
         if model is not None:  # what no deployment of the pool can serve is refused before the charge
-            messages.refuse_before_charge(model, params, self.translation)
-        dialect = messages.AnthropicDialect(self.anthropic_body, beta=beta, params=params,
+            messages_dialect.refuse_before_charge(model, params, self.translation)
+        dialect = messages_dialect.AnthropicDialect(self.anthropic_body, beta=beta, params=params,
                                             translation=self.translation)
         return services.chat_completion(request=request, key=request.user, params=params, dialect=dialect)
 
@@ -343,7 +346,7 @@ class CountTokensView(KeyLimitedView):
     """Free of charge, but a request like any other to the key's rpm and rph (no charge, no ledger row)."""
 
     def get_exception_handler(self):
-        return messages.exception_handler
+        return messages_errors.exception_handler
 
     def post(self, request):
         # Free, so bounded before any parsing: a 15 MB body took 1.9 s of CPU to count (docs/hardening.md).
@@ -354,7 +357,7 @@ class CountTokensView(KeyLimitedView):
         if isinstance(body.get("model"), str):
             # A model the gateway does not serve is what the client learns first, whatever else its body holds.
             pipeline.resolve_model(key=request.user, operation="chat", model_id=body["model"])
-        params = messages.chat_params(body, counting=True)
+        params = messages_request.chat_params(body, counting=True)
         params, _ = serializers.ChatCompletionRequest(data=params).validated()
         return Response({"input_tokens": services.estimate_chat_tokens(key=request.user, params=params)})
 

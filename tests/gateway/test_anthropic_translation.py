@@ -1,10 +1,12 @@
 """The anthropic adapter's translations (gateway/upstream/anthropic.py) and the /v1/messages dialect
-(gateway/messages.py) as pure functions: the edges the served tests do not reach."""
+(gateway/messages/) as pure functions: the edges the served tests do not reach."""
 import json
 
 import pytest
 
-from gateway import messages
+from gateway.messages.dialect import AnthropicDialect
+from gateway.messages.request import chat_params
+from gateway.messages.stream import AnthropicEvents
 from gateway.upstream.anthropic import (
     StreamTranslation,
     anthropic_refusal,
@@ -112,7 +114,7 @@ def test_only_an_authentication_or_billing_error_type_disables_never_the_words_o
 # ---------------------------------------------------------------- /v1/messages
 
 def test_tool_results_become_tool_messages_before_the_turns_text_and_is_error_is_kept():
-    params = messages.chat_params({"model": "m", "max_tokens": 5, "messages": [
+    params = chat_params({"model": "m", "max_tokens": 5, "messages": [
         {"role": "user", "content": [{"type": "text", "text": "And?"},
                                      {"type": "tool_result", "tool_use_id": "t1", "is_error": True,
                                       "content": [{"type": "text", "text": "boom"}]}]}]})
@@ -121,7 +123,7 @@ def test_tool_results_become_tool_messages_before_the_turns_text_and_is_error_is
 
 
 def test_images_and_documents_become_openai_parts():
-    params = messages.chat_params({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
+    params = chat_params({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}},
         {"type": "image", "source": {"type": "url", "url": "https://x.example/a.png"}},
         {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBE"}}]}]})
@@ -137,7 +139,7 @@ def test_images_and_documents_become_openai_parts():
 ])
 def test_what_the_gateway_cannot_serve_is_refused(body):
     with pytest.raises(InvalidRequest):
-        messages.chat_params(body)
+        chat_params(body)
 
 
 def test_the_answer_and_the_events_of_a_tool_call():
@@ -145,11 +147,11 @@ def test_the_answer_and_the_events_of_a_tool_call():
                                                                        "message": {"content": "cut"}}],
                        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "prompt_tokens_details": {
                            "cached_tokens": 4}}}
-    answer = messages.AnthropicDialect().answer(completion_body, input_tokens=10, output_tokens=2, cached=4)
+    answer = AnthropicDialect().answer(completion_body, input_tokens=10, output_tokens=2, cached=4)
     assert (answer["id"], answer["stop_reason"], answer["usage"]) == (
         "msg_abc", "max_tokens", {"input_tokens": 6, "output_tokens": 2, "cache_creation_input_tokens": 0,
                                   "cache_read_input_tokens": 4})
-    events = messages.AnthropicEvents()
+    events = AnthropicEvents()
     raw = events.chunk({"id": "c", "model": "m", "choices": [{"delta": {"tool_calls": [
         {"index": 0, "id": "call_1", "function": {"name": "f", "arguments": '{"a"'}}]}}]})
     raw += events.chunk({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]},

@@ -1,0 +1,158 @@
+"""The conversation of a Messages request as OpenAI messages: the system prompt, each turn, and its content
+blocks (text, images, documents, search results, tool uses and their results)."""
+import json
+
+from gateway.messages.translation import Translation, need
+from gateway.upstream.shapes import tool_call_id
+
+
+def system_prompt(system, where: str, notes: Translation) -> str | list:
+    """The system prompt (or a system message's content): a string, or its text blocks as text parts."""
+    if isinstance(system, str):
+        return system
+    need(isinstance(system, list), where, "must be a string or an array of text blocks.")
+    parts = []
+    for index, block in enumerate(system):
+        at = f"{where}.{index}"
+        need(isinstance(block, dict) and isinstance(block.get("type"), str), at, "must be a content block.")
+        if block["type"] != "text":
+            notes.drop(at)  # a system prompt is text; Anthropic takes nothing else there either
+            continue
+        need(isinstance(block.get("text"), str), f"{at}.text", "must be a string.")
+        notes.extras(block, ("type", "text", "citations"), at)
+        parts.append({"type": "text", "text": block["text"]})
+    return parts
+
+
+def turn_messages(message, where: str, notes: Translation) -> list[dict]:
+    """One Anthropic message as OpenAI messages: a system message in place (Claude Code's reminders in
+    mid-conversation), a user turn's tool results as tool messages (first, as they stand first in the turn),
+    an assistant turn's tool_use blocks as its tool_calls."""
+    need(isinstance(message, dict), where, "must be an object with role and content.")
+    role, content = message.get("role"), message.get("content")
+    need(role in ("user", "assistant", "system"), f"{where}.role", "must be 'user', 'assistant' or 'system'.")
+    if role == "system":
+        need(content is not None, f"{where}.content", "is required.")
+        text = system_prompt(content, f"{where}.content", notes)
+        return [{"role": "system", "content": text}] if text else []
+    if isinstance(content, str):
+        return [{"role": role, "content": content}]
+    need(isinstance(content, list) and bool(content), f"{where}.content",
+          "must be a string or a non-empty array of content blocks.")
+    blocks = []
+    for index, block in enumerate(content):
+        need(isinstance(block, dict) and isinstance(block.get("type"), str), f"{where}.content.{index}",
+              "must be a content block with a type.")
+        blocks.append((block, f"{where}.content.{index}"))
+    return _user(blocks, notes) if role == "user" else _assistant(blocks, notes)
+
+
+def _user(blocks: list, notes: Translation) -> list[dict]:
+    results, parts = [], []
+    for block, where in blocks:
+        kind = block["type"]
+        if kind == "tool_result":
+            need(isinstance(block.get("tool_use_id"), str) and bool(block["tool_use_id"]), f"{where}.tool_use_id",
+                  "is required.")
+            notes.extras(block, ("type", "tool_use_id", "content", "is_error"), where)
+            text, images = _result(block.get("content"), f"{where}.content", notes)
+            if block.get("is_error"):
+                text = f"Error: {text}"
+            results.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": text})
+            parts.extend(images)  # a tool message is text: the images it returned follow as the user's
+        elif kind in ("text", "image", "document", "search_result"):
+            parts.extend(_part(block, where, notes))
+        else:
+            notes.drop(where)  # an Anthropic-only block (a container upload, say): the turn goes on without it
+    return results + ([{"role": "user", "content": parts}] if parts else [])
+
+
+def _part(block: dict, where: str, notes: Translation) -> list[dict]:
+    """A text, image, document or search result block as OpenAI content parts."""
+    kind = block["type"]
+    if kind == "text":
+        need(isinstance(block.get("text"), str), f"{where}.text", "must be a string.")
+        notes.extras(block, ("type", "text", "citations"), where)
+        return [{"type": "text", "text": block["text"]}]
+    if kind == "image":
+        notes.extras(block, ("type", "source"), where)
+        url = _source_url(block.get("source"), where, notes)
+        return [{"type": "image_url", "image_url": {"url": url}}] if url else []
+    if kind == "search_result":
+        notes.extras(block, ("type", "source", "title", "content", "citations"), where)
+        texts, _ = _result(block.get("content"), f"{where}.content", notes)
+        heading = " ".join(str(block[name]) for name in ("title", "source") if isinstance(block.get(name), str))
+        return [{"type": "text", "text": f"{heading}\n{texts}" if heading else texts}]
+    notes.extras(block, ("type", "source", "title", "context", "citations"), where)
+    source: dict = block["source"] if isinstance(block.get("source"), dict) else {}
+    if source.get("type") == "text":  # a plain-text document is its text
+        need(isinstance(source.get("data"), str), f"{where}.source.data", "must be a string.")
+        return [{"type": "text", "text": source["data"]}]
+    if source.get("type") == "content":
+        text, _ = _result(source.get("content"), f"{where}.source.content", notes)
+        return [{"type": "text", "text": text}]
+    if source.get("type") != "base64" or source.get("media_type") != "application/pdf":
+        notes.refuse(where, "documents reach this model as text, content or base64 PDF sources only.")
+        return []
+    need(isinstance(source.get("data"), str), f"{where}.source.data", "must be a base64 string.")
+    return [{"type": "file", "file": {"filename": "document.pdf",
+                                      "file_data": f"data:application/pdf;base64,{source['data']}"}}]
+
+
+def _result(content, where: str, notes: Translation) -> tuple[str, list[dict]]:
+    """A tool result's (or a search result's) content: (its text, the image parts it holds)."""
+    if content is None or isinstance(content, str):
+        return content or "", []
+    need(isinstance(content, list), where, "must be a string or an array of content blocks.")
+    texts: list[str] = []
+    images: list[dict] = []
+    for index, block in enumerate(content):
+        at = f"{where}.{index}"
+        need(isinstance(block, dict) and isinstance(block.get("type"), str), at, "must be a content block.")
+        if block["type"] in ("text", "document", "search_result"):
+            texts.extend(part["text"] for part in _part(block, at, notes) if part["type"] == "text")
+        elif block["type"] == "image":
+            images.extend(_part(block, at, notes))
+        else:
+            notes.drop(at)  # a tool reference of Anthropic's tool search, say
+    return "\n".join(texts), images
+
+
+def _source_url(source, where: str, notes: Translation) -> str | None:
+    """An image source as the URL OpenAI's image part takes: a data URL for base64, the URL itself for a url;
+    None for a source only Anthropic reads (a file id), refused for the other types."""
+    need(isinstance(source, dict), f"{where}.source", "must be an object.")
+    if source.get("type") == "base64":
+        need(isinstance(source.get("media_type"), str) and isinstance(source.get("data"), str),
+              f"{where}.source", "a base64 source needs media_type and data.")
+        return f"data:{source['media_type']};base64,{source['data']}"
+    if source.get("type") == "url":
+        need(isinstance(source.get("url"), str), f"{where}.source.url", "must be a string.")
+        return source["url"]
+    notes.refuse(f"{where}.source", "images reach this model as base64 or url sources only.")
+    return None
+
+
+def _assistant(blocks: list, notes: Translation) -> list[dict]:
+    texts, calls = [], []
+    for block, where in blocks:
+        kind = block["type"]
+        if kind == "text":
+            need(isinstance(block.get("text"), str), f"{where}.text", "must be a string.")
+            notes.extras(block, ("type", "text", "citations"), where)
+            texts.append(block["text"])
+        elif kind == "tool_use":
+            need(isinstance(block.get("name"), str) and bool(block["name"]), f"{where}.name", "is required.")
+            need(isinstance(block.get("input", {}), dict), f"{where}.input", "must be an object.")
+            notes.extras(block, ("type", "id", "name", "input", "caller"), where)
+            calls.append({"id": block["id"] if isinstance(block.get("id"), str) and block["id"] else tool_call_id(),
+                          "type": "function", "function": {"name": block["name"], "arguments": json.dumps(
+                              block.get("input") or {}, ensure_ascii=False)}})
+        else:
+            # An earlier turn's reasoning (with its signature) or a server tool's work: Anthropic's alone. The
+            # answer it led to is what the next turn needs.
+            notes.drop(where)
+    message: dict = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
+    if calls:
+        message["tool_calls"] = calls
+    return [message]

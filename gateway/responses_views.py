@@ -7,7 +7,11 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework.response import Response
 
-from gateway import responses, services
+from gateway import services
+from gateway.responses.chat_request import input_tokens
+from gateway.responses.dialect import ResponsesDialect
+from gateway.responses.request import check_request
+from gateway.responses.store import input_items_page, not_found, previous
 from gateway.models import StoredResponse
 from gateway.views import ERRORS, METERED_HEADERS, KeyLimitedView, MeteredView, body_example
 from utils_app.errors import ClientError, GatewayError, parse_json_object
@@ -72,20 +76,20 @@ class ResponsesView(MeteredView):
         super().initial(request, *args, **kwargs)
 
     def validate(self, body):
-        responses.check_request(body)
+        check_request(body)
         return body, set(body)
 
     def operate(self, request, params, sent):
         # The store's one read for a follow-up, before anything is charged: an unknown id costs nothing.
-        stored = responses.previous(request.user, params.get("previous_response_id"))
-        dialect = responses.ResponsesDialect(params, stored, key=request.user)
+        stored = previous(request.user, params.get("previous_response_id"))
+        dialect = ResponsesDialect(params, stored, key=request.user)
         return services.chat_completion(request=request, key=request.user, params=dialect.params, dialect=dialect)
 
 
 def _stored(request, response_id: str) -> StoredResponse:
     found = StoredResponse.objects.filter(pk=response_id, key=request.user).first()
     if found is None:
-        raise responses.not_found(response_id)
+        raise not_found(response_id)
     return found
 
 
@@ -103,7 +107,7 @@ class ResponseView(KeyLimitedView):
     def delete(self, request, response_id: str):
         deleted, _ = StoredResponse.objects.filter(pk=response_id, key=request.user).delete()
         if not deleted:
-            raise responses.not_found(response_id)
+            raise not_found(response_id)
         return Response({"id": response_id, "object": "response.deleted", "deleted": True})
 
 
@@ -120,7 +124,7 @@ class ResponseInputItemsView(KeyLimitedView):
     def get(self, request, response_id: str):
         stored = _stored(request, response_id)
         query = request.query_params
-        return Response(responses.input_items_page(stored, limit=query.get("limit"), order=query.get("order"),
+        return Response(input_items_page(stored, limit=query.get("limit"), order=query.get("order"),
                                                    after=query.get("after")))
 
 
@@ -137,4 +141,4 @@ class ResponseInputTokensView(KeyLimitedView):
         if isinstance(body, GatewayError):
             raise body
         return Response({"object": "response.input_tokens",
-                         "input_tokens": responses.input_tokens(key=request.user, body=body)})
+                         "input_tokens": input_tokens(key=request.user, body=body)})

@@ -1,0 +1,207 @@
+"""A Responses request translated into a chat request, for the deployments that do not speak the Responses
+API, and the gateway's own count of its input (POST /v1/responses/input_tokens)."""
+import json
+from typing import Any
+
+from gateway import serializers
+from gateway.responses.request import check_request, need
+from gateway.responses.store import conversation, previous
+from gateway.upstream.shapes import content_text
+from keys.models import ApiKey
+
+# The members of a request the codec reads; any other is passed through to native deployments and
+# dropped (and named in X-Gateway-Ignored) towards translated ones.
+MEMBERS = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "text", "reasoning",
+           "max_output_tokens", "temperature", "top_p", "stream", "store", "previous_response_id", "include",
+           "metadata", "truncation", "user", "safety_identifier", "prompt_cache_key", "service_tier",
+           "stream_options", "background", "conversation"}
+# Members a chat upstream has no equivalent of, whose absence leaves a correct answer: dropped and named.
+DROPPED = ("safety_identifier", "prompt_cache_key", "service_tier", "truncation")
+# Chat roles a message item may have; "developer" and "system" stay in place.
+ROLES = ("user", "assistant", "system", "developer")
+CUSTOM_INPUT = {"type": "object", "properties": {"input": {"type": "string", "description": "The tool's input."}},
+                "required": ["input"], "additionalProperties": False}
+
+
+def chat_params(body: dict, items: list[dict], ignored: list[str]) -> tuple[dict, set[str]]:
+    """The chat request for a Responses request over ``items`` (validated afterwards as every chat request
+    is), and the names of its custom tools; what has no chat equivalent is named in ``ignored``."""
+    messages: list[dict] = []
+    if body.get("instructions"):
+        messages.append({"role": "system", "content": body["instructions"]})
+    for index, item in enumerate(items):
+        _chat_item(item, f"input.{index}", messages, ignored)
+    params: dict[str, Any] = {"model": body["model"], "messages": messages}
+    tools, customs = chat_tools(body.get("tools") or [], ignored)
+    if tools:
+        params["tools"] = tools
+    if body.get("tool_choice") is not None:
+        choice = _tool_choice(body["tool_choice"], ignored)
+        if isinstance(choice, tuple):  # allowed_tools: the tools it names, then its mode
+            allowed, choice = choice
+            params["tools"] = [tool for tool in tools if tool["function"]["name"] in allowed]
+        if choice is not None and params.get("tools"):
+            params["tool_choice"] = choice
+    if body.get("parallel_tool_calls") is not None and params.get("tools"):
+        params["parallel_tool_calls"] = body["parallel_tool_calls"]
+    for name in ("temperature", "top_p"):
+        if body.get(name) is not None:
+            params[name] = body[name]
+    if body.get("max_output_tokens") is not None:
+        params["max_completion_tokens"] = body["max_output_tokens"]
+    if body.get("user"):
+        params["user"] = body["user"][:256]
+    text = body.get("text") or {}
+    text_format = text.get("format") or {}
+    if text_format.get("type") == "json_object":
+        params["response_format"] = {"type": "json_object"}
+    elif text_format.get("type") == "json_schema":
+        schema = {"name": text_format["name"], "schema": text_format["schema"]}
+        if isinstance(text_format.get("strict"), bool):
+            schema["strict"] = text_format["strict"]
+        params["response_format"] = {"type": "json_schema", "json_schema": schema}
+    if text.get("verbosity") is not None:
+        ignored.append("text.verbosity")
+    reasoning = body.get("reasoning") or {}
+    if reasoning.get("summary") is not None:
+        ignored.append("reasoning.summary")  # a chat upstream writes no summaries
+    for name in DROPPED:
+        if body.get(name) is not None and not (name == "truncation" and body[name] == "disabled"):
+            ignored.append(name)
+    ignored.extend(sorted(set(body) - MEMBERS))
+    if body.get("stream"):
+        # The usage chunk is always asked for: response.completed carries the usage.
+        params.update(stream=True, stream_options={"include_usage": True})
+    return params, customs
+
+
+def _chat_item(item: dict, where: str, messages: list[dict], ignored: list[str]) -> None:
+    kind = item.get("type")
+    if kind == "message":
+        role = item.get("role")
+        need(role in ROLES, f"{where}.role", f"must be one of {', '.join(ROLES)}.")
+        content = _content(item.get("content"), f"{where}.content", role == "assistant", ignored)
+        if role == "assistant":
+            messages.append({"role": "assistant", "content": content_text(content)})
+        else:
+            messages.append({"role": role, "content": content if role == "user" else content_text(content)})
+    elif kind in ("function_call", "custom_tool_call"):
+        need(isinstance(item.get("name"), str) and bool(item["name"]), f"{where}.name", "is required.")
+        need(isinstance(item.get("call_id"), str) and bool(item["call_id"]), f"{where}.call_id", "is required.")
+        if kind == "function_call":
+            arguments = item.get("arguments")
+            need(isinstance(arguments, str), f"{where}.arguments", "must be a string of JSON.")
+        else:
+            need(isinstance(item.get("input"), str), f"{where}.input", "must be a string.")
+            arguments = json.dumps({"input": item["input"]}, ensure_ascii=False)
+        call = {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": arguments}}
+        last = messages[-1] if messages else None
+        if last is not None and last["role"] == "assistant":
+            last.setdefault("tool_calls", []).append(call)
+            last["content"] = last.get("content") or None
+        else:
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+    elif kind in ("function_call_output", "custom_tool_call_output"):
+        need(isinstance(item.get("call_id"), str) and bool(item["call_id"]), f"{where}.call_id", "is required.")
+        output = item.get("output")
+        if isinstance(output, list):
+            output = content_text(_content(output, f"{where}.output", True, ignored))
+        need(isinstance(output, str), f"{where}.output", "must be a string or an array of content parts.")
+        messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output})
+    elif kind == "reasoning":
+        return  # an earlier turn's reasoning: the answer it led to is what the next turn needs
+    else:
+        ignored.append(f"input:{kind}")
+
+
+def _content(content: Any, where: str, text_only: bool, ignored: list[str]) -> Any:
+    """A message's content as chat's: a string, or parts (text, image_url, file). A part chat cannot carry
+    (an uploaded file by its id, a part of a newer type) is left out and named: a deployment that speaks
+    the Responses API gets it as it came."""
+    if isinstance(content, str):
+        return content
+    need(isinstance(content, list), where, "must be a string or an array of content parts.")
+    parts: list[dict] = []
+    for index, part in enumerate(content):
+        at = f"{where}.{index}"
+        need(isinstance(part, dict) and isinstance(part.get("type"), str), at, "must be a content part with a type.")
+        kind = part["type"]
+        if kind in ("input_text", "output_text", "text", "refusal", "summary_text"):
+            text = part.get("refusal") if kind == "refusal" else part.get("text")
+            need(isinstance(text, str), f"{at}.text", "must be a string.")
+            parts.append({"type": "text", "text": text})
+        elif kind == "input_image" and not text_only:
+            url = part.get("image_url")
+            if not isinstance(url, str):
+                ignored.append(at)  # an uploaded file (file_id): chat takes images by URL only
+                continue
+            image: dict[str, Any] = {"url": url}
+            if part.get("detail") in ("low", "high", "auto"):
+                image["detail"] = part["detail"]
+            parts.append({"type": "image_url", "image_url": image})
+        elif kind == "input_file" and not text_only and isinstance(part.get("file_data"), str):
+            parts.append({"type": "file", "file": {"filename": str(part.get("filename") or "file.pdf"),
+                                                   "file_data": part["file_data"]}})
+        else:
+            ignored.append(at)
+    return parts
+
+
+def chat_tools(tools: list, ignored: list[str]) -> tuple[list[dict], set[str]]:
+    """Function tools as chat's; a custom tool as a function of one string parameter ``input`` (its grammar,
+    if any, told to the model in the description); any other type dropped and named ``tools:<type>``.
+    Also the names of the custom tools, whose calls come back as custom_tool_call."""
+    found, customs = [], set()
+    for index, tool in enumerate(tools):
+        kind = tool["type"]
+        if kind not in ("function", "custom"):
+            ignored.append(f"tools:{kind}")
+            continue
+        need(isinstance(tool.get("name"), str) and bool(tool["name"]), f"tools.{index}.name", "is required.")
+        function: dict[str, Any] = {"name": tool["name"]}
+        description = tool.get("description") if isinstance(tool.get("description"), str) else ""
+        if kind == "function":
+            parameters = tool.get("parameters")
+            need(parameters is None or isinstance(parameters, dict), f"tools.{index}.parameters",
+                  "must be a JSON schema object.")
+            function["parameters"] = parameters or {"type": "object", "properties": {}}
+            if isinstance(tool.get("strict"), bool):
+                function["strict"] = tool["strict"]
+        else:
+            customs.add(tool["name"])
+            grammar = tool.get("format") if isinstance(tool.get("format"), dict) else {}
+            if grammar.get("type") == "grammar" and isinstance(grammar.get("definition"), str):
+                description += (f"\n\nThe input must follow this {grammar.get('syntax') or 'lark'} grammar:\n"
+                                f"{grammar['definition']}")
+            function["parameters"] = CUSTOM_INPUT
+        if description:
+            function["description"] = description
+        found.append({"type": "function", "function": function})
+    return found, customs
+
+
+def _tool_choice(choice: Any, ignored: list[str]) -> Any:
+    if isinstance(choice, str):
+        need(choice in ("auto", "none", "required"), "tool_choice", "must be 'auto', 'none' or 'required'.")
+        return choice
+    kind = choice.get("type")
+    if kind in ("function", "custom"):
+        need(isinstance(choice.get("name"), str) and bool(choice["name"]), "tool_choice.name", "is required.")
+        return {"type": "function", "function": {"name": choice["name"]}}
+    if kind == "allowed_tools":
+        need(choice.get("mode") in ("auto", "required") and isinstance(choice.get("tools"), list),
+              "tool_choice", "allowed_tools needs mode 'auto' or 'required' and a list of tools.")
+        return {tool.get("name") for tool in choice["tools"] if isinstance(tool, dict)}, choice["mode"]
+    ignored.append("tool_choice")  # a built-in tool forced: the upstream has none of them
+    return None
+
+
+def input_tokens(*, key: ApiKey, body: dict) -> int:
+    """POST /v1/responses/input_tokens: the gateway's own count of what the request would send."""
+    from gateway.services import estimate_chat_tokens
+
+    check_request(body, counting=True)
+    items = conversation(previous(key, body.get("previous_response_id")), body)
+    params, _ = chat_params({**body, "stream": False}, items, [])
+    params, _ = serializers.ChatCompletionRequest.with_data(params).validated()
+    return estimate_chat_tokens(key=key, params=params)

@@ -26,7 +26,12 @@ from drf_spectacular.utils import (
 from rest_framework import serializers as drf_serializers
 from rest_framework.response import Response
 
-from gateway import gemini_api, pipeline, routing, serializers, services
+from gateway import pipeline, routing, serializers, services
+from gateway.gemini_api import model_list as google_models
+from gateway.gemini_api.dialect import GeminiDialect
+from gateway.gemini_api.embeddings import embed, embed_request, embedding_params
+from gateway.gemini_api.errors import exception_handler, status_word
+from gateway.gemini_api.request import chat_request, counting_request
 from gateway.notes import RequestNotes
 from gateway.views import KeyLimitedView, MeteredView
 from models_catalog import catalog
@@ -47,7 +52,7 @@ GoogleErrorBody = inline_serializer(name="GoogleErrorBody", fields={
                                                       "PERMISSION_DENIED, NOT_FOUND, RESOURCE_EXHAUSTED, INTERNAL, "
                                                       "UNAVAILABLE, DEADLINE_EXCEEDED")})})
 GOOGLE_ERRORS = {status: OpenApiResponse(GoogleErrorBody,
-                                          description=f"Google's status {gemini_api.status_word(status)}")
+                                          description=f"Google's status {status_word(status)}")
                  for status in (400, 401, 402, 403, 404, 405, 409, 413, 422, 429, 500, 502, 503, 504)}
 # A path whose version, model or method matches no route of Google's API names no operation at all: it gets
 # the service's usual 404 (utils_app.errors.handler404), not Google's.
@@ -64,7 +69,7 @@ class GeminiViewMixin:
     accepts_query_key = True  # keys.auth reads ?key= for these views only
 
     def get_exception_handler(self):
-        return gemini_api.exception_handler
+        return exception_handler
 
 
 @extend_schema_view(get=extend_schema(
@@ -75,7 +80,7 @@ class GeminiViewMixin:
     responses={200: OpenApiTypes.OBJECT, **{s: GOOGLE_ERRORS[s] for s in (401, 429, 500)}}))
 class GeminiModelListView(GeminiViewMixin, KeyLimitedView):
     def get(self, request):
-        return Response({"models": gemini_api.model_list(catalog.snapshot().models.values(), request.user)})
+        return Response({"models": google_models.model_list(catalog.snapshot().models.values(), request.user)})
 
 
 @extend_schema_view(get=extend_schema(
@@ -86,13 +91,13 @@ class GeminiModelListView(GeminiViewMixin, KeyLimitedView):
 class GeminiModelView(GeminiViewMixin, KeyLimitedView):
     def get(self, request, model_id: str):
         model = catalog.get_model(model_id.removeprefix("models/"))
-        if model is None or model.type not in gemini_api.METHODS:
+        if model is None or model.type not in google_models.METHODS:
             raise NotFound(f"models/{model_id} is not found: no chat or embedding model of that name is served "
                            f"here.", code="model_not_found", param="model")
         if not request.user.can_use(model):
             raise AccessDenied(f"Keys of the '{request.user.tier}' tier may not use the model '{model_id}'.",
                                param="model")
-        return Response(gemini_api.model_entry(model))
+        return Response(google_models.model_entry(model))
 
 
 @extend_schema_view(post=extend_schema(
@@ -165,18 +170,18 @@ class GeminiMethodView(GeminiViewMixin, MeteredView):
     def validate(self, body: dict) -> tuple[dict, set]:
         self.gemini_body = body  # passed through as it is to a gemini deployment
         if self.method in EMBED_METHODS:
-            self.embed_request = gemini_api.embed_request(body, self.model_id, self.method)
+            self.embed_request = embed_request(body, self.model_id, self.method)
             return serializers.EmbeddingsRequest.with_data(
-                gemini_api.embedding_params(self.embed_request, self.model_id)).validated()
-        self.decoded = gemini_api.chat_request(body, self.model_id, stream=self.method == "streamGenerateContent")
+                embedding_params(self.embed_request, self.model_id)).validated()
+        self.decoded = chat_request(body, self.model_id, stream=self.method == "streamGenerateContent")
         return super().validate(self.decoded.params)
 
     def operate(self, request, params, sent):
         if self.method in EMBED_METHODS:
-            return gemini_api.embed(request=request, key=request.user, model_id=self.model_id,
+            return embed(request=request, key=request.user, model_id=self.model_id,
                                     embed_request=self.embed_request, body=self.gemini_body, params=params)
         return services.chat_completion(request=request, key=request.user, params=params,
-                                        dialect=gemini_api.GeminiDialect(self.gemini_body, self.decoded, sse=self.sse))
+                                        dialect=GeminiDialect(self.gemini_body, self.decoded, sse=self.sse))
 
     def count_tokens(self, request):
         """Free of charge, but a request like any other to the key's rpm and rph (no charge, no ledger row)."""
@@ -187,7 +192,7 @@ class GeminiMethodView(GeminiViewMixin, MeteredView):
         body = parse_json_object(request.body)
         # A model the gateway does not serve is what the client learns first, whatever else its body holds.
         pipeline.resolve_model(key=request.user, operation="chat", model_id=self.model_id)
-        params = gemini_api.counting_request(body, self.model_id)
+        params = counting_request(body, self.model_id)
         params, _ = serializers.ChatCompletionRequest(data=params).validated()
         return Response({"totalTokens": services.estimate_chat_tokens(key=request.user, params=params)})
 

@@ -658,7 +658,7 @@ def test_an_upstream_that_fails_before_any_output_is_a_json_error_and_refunded(c
 # ---------------------------------------------------------------- the codec alone
 
 def test_a_gemini_schema_becomes_a_json_schema():
-    from gateway.gemini_api import json_schema
+    from gateway.gemini_api.request import json_schema
 
     assert json_schema({"type": "OBJECT", "propertyOrdering": ["a", "b"], "required": ["a"], "properties": {
         "a": {"type": "STRING", "nullable": True, "enum": ["x", "y"]},
@@ -673,14 +673,14 @@ def test_a_gemini_schema_becomes_a_json_schema():
     ({"thinkingBudget": 1024}, "minimal"), ({"thinkingBudget": 5000}, "medium"), ({"thinkingBudget": 90000}, "high"),
     ({"thinkingBudget": -1}, None)])
 def test_thinking_config_becomes_a_reasoning_effort(thinking, effort):
-    from gateway.gemini_api import chat_request
+    from gateway.gemini_api.request import chat_request
 
     decoded = chat_request({"contents": HELLO, "generationConfig": {"thinkingConfig": thinking}}, "m")
     assert decoded.params.get("reasoning_effort") == effort
 
 
 def test_function_responses_pair_with_their_calls_by_id_or_by_name_and_order():
-    from gateway.gemini_api import chat_request
+    from gateway.gemini_api.request import chat_request
 
     body = {"contents": [
         {"role": "user", "parts": [{"text": "Two cities"}]},
@@ -700,7 +700,7 @@ def test_function_responses_pair_with_their_calls_by_id_or_by_name_and_order():
 
 
 def test_parts_another_type_cannot_take_are_for_gemini_deployments_only():
-    from gateway.gemini_api import chat_request
+    from gateway.gemini_api.request import chat_request
 
     decoded = chat_request({"contents": [{"role": "user", "parts": [
         {"text": "Look"}, {"inlineData": {"mimeType": "image/png", "data": "iVBORw0KGgo="}},

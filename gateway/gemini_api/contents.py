@@ -1,0 +1,160 @@
+"""The conversation of a GenerateContentRequest as OpenAI messages: the system instruction, each Content,
+its parts (text, inline data, files, function calls and their responses)."""
+import json
+from typing import Any
+
+from gateway.gemini_api.members import GeminiRequest, camel, member, need, need_dict, need_list
+from utils_app.errors import InvalidRequest
+
+
+def system_text(system: Any) -> str:
+    if isinstance(system, str):
+        return system
+    parts = member(need_dict(system, "systemInstruction"), "parts") or []
+    texts = []
+    for index, part in enumerate(need_list(parts, "systemInstruction.parts")):
+        text = member(need_dict(part, f"systemInstruction.parts.{index}"), "text")
+        need(isinstance(text, str), f"systemInstruction.parts.{index}.text", "must be a string.")
+        texts.append(text)
+    return "\n".join(texts)
+
+
+class CallIds:
+    """The ids of the conversation's function calls. Google's API pairs a functionResponse with its call by
+    name and position (or by an id a client made up and sent with both); OpenAI's by the call's id. A call
+    without an id gets one made from its place in the conversation, so the same request always reads the same."""
+
+    def __init__(self) -> None:
+        self.open: list[tuple[str, str]] = []  # (name, id) of the last model turn's calls not answered yet
+
+    def called(self, call: dict, where: str) -> str:
+        given = member(call, "id")
+        call_id = given if isinstance(given, str) and given else f"call_{where.replace('.', '_')}"
+        self.open.append((call["name"], call_id))
+        return call_id
+
+    def answered(self, response: dict, where: str) -> str:
+        given = member(response, "id")
+        by_id = [position for position, (_, call_id) in enumerate(self.open) if given and call_id == given]
+        by_name = [position for position, (name, _) in enumerate(self.open) if name == response["name"]]
+        matches = by_id or by_name
+        if matches:
+            return self.open.pop(matches[0])[1]
+        if isinstance(given, str) and given:
+            return given
+        raise InvalidRequest(f"{where}.functionResponse: answers no function call of the model turn before it "
+                             f"(name {response['name']!r}); send the model turn with its functionCall parts first.",
+                             param=f"{where}.functionResponse")
+
+
+def turn_messages(content: Any, where: str, calls: CallIds, found: GeminiRequest) -> list[dict]:
+    """One Content as OpenAI messages: a user turn's function responses become tool messages (first, as
+    they answer the turn before), a model turn's function calls its tool_calls."""
+    content = need_dict(content, where)
+    role = member(content, "role") or "user"
+    need(role in ("user", "model", "function"), f"{where}.role", "must be 'user' or 'model'.")
+    parts = member(content, "parts")
+    need(isinstance(parts, list), f"{where}.parts", "must be an array of parts.")
+    if role == "model":
+        return _model_turn(parts, where, calls, found)
+    results: list[dict] = []
+    pieces: list[dict] = []
+    for index, part in enumerate(parts):
+        at = f"{where}.parts.{index}"
+        part = need_dict(part, at)
+        if member(part, "thought"):
+            continue  # an earlier turn's thought summary: the answer it led to is what the next turn needs
+        if isinstance(member(part, "text"), str):
+            if member(part, "text"):
+                pieces.append({"type": "text", "text": member(part, "text")})
+        elif member(part, "functionResponse") is not None:
+            response = need_dict(member(part, "functionResponse"), f"{at}.functionResponse")
+            need(isinstance(response.get("name"), str) and bool(response["name"]), f"{at}.functionResponse.name",
+                  "is required.")
+            output = response.get("response")
+            results.append({"role": "tool", "tool_call_id": calls.answered(response, at),
+                            "content": output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)})
+        elif member(part, "inlineData") is not None:
+            piece = _inline(need_dict(member(part, "inlineData"), f"{at}.inlineData"), f"{at}.inlineData", found)
+            if piece:
+                pieces.append(piece)
+        elif member(part, "fileData") is not None:
+            piece = _file(need_dict(member(part, "fileData"), f"{at}.fileData"), f"{at}.fileData", found)
+            if piece:
+                pieces.append(piece)
+        elif _only_signature(part):
+            continue
+        else:
+            _native_part(part, at, found)
+    if pieces and all(piece["type"] == "text" for piece in pieces):
+        results.append({"role": "user", "content": "\n".join(piece["text"] for piece in pieces)})
+    elif pieces:
+        results.append({"role": "user", "content": pieces})
+    return results
+
+
+def _model_turn(parts: list, where: str, calls: CallIds, found: GeminiRequest) -> list[dict]:
+    calls.open = []  # a new model turn: the calls before it were answered, or never will be
+    texts, tool_calls = [], []
+    for index, part in enumerate(parts):
+        at = f"{where}.parts.{index}"
+        part = need_dict(part, at)
+        if member(part, "thought"):
+            continue
+        if isinstance(member(part, "text"), str):
+            texts.append(member(part, "text"))
+        elif member(part, "functionCall") is not None:
+            call = need_dict(member(part, "functionCall"), f"{at}.functionCall")
+            need(isinstance(call.get("name"), str) and bool(call["name"]), f"{at}.functionCall.name", "is required.")
+            args = call.get("args") or {}
+            need(isinstance(args, dict), f"{at}.functionCall.args", "must be an object.")
+            tool_calls.append({"id": calls.called(call, at), "type": "function", "function": {
+                "name": call["name"], "arguments": json.dumps(args, ensure_ascii=False)}})
+        elif _only_signature(part):
+            continue
+        else:
+            _native_part(part, at, found)
+    text = "".join(texts)
+    if not text and not tool_calls:
+        return []  # a turn of thoughts only: nothing an OpenAI-shaped conversation can carry
+    message: dict = {"role": "assistant", "content": text or None}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return [message]
+
+
+def _only_signature(part: dict) -> bool:
+    """A part that carries nothing but a thoughtSignature (Gemini 3 sends one after a turn's text)."""
+    return set(part) <= {"thoughtSignature", "thought_signature", "partMetadata", "part_metadata"}
+
+
+def _native_part(part: dict, where: str, found: GeminiRequest) -> None:
+    kinds = sorted(set(part) - {"thoughtSignature", "thought_signature", "thought"})
+    kind = camel(kinds[0]) if kinds else "empty"
+    found.native_only[where] = f"parts of kind {kind!r} reach the model's gemini deployments only."
+
+
+def _inline(data: dict, where: str, found: GeminiRequest) -> dict | None:
+    mime, payload = member(data, "mimeType"), data.get("data")
+    need(isinstance(mime, str) and isinstance(payload, str), where, "needs mimeType and base64 data.")
+    if mime.startswith("image/"):
+        return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{payload}"}}
+    if mime == "application/pdf":
+        return {"type": "file", "file": {"filename": "document.pdf", "file_data": f"data:{mime};base64,{payload}"}}
+    audio = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/mp3": "mp3", "audio/mpeg": "mp3"}.get(mime)
+    if audio:
+        return {"type": "input_audio", "input_audio": {"data": payload, "format": audio}}
+    found.native_only[where] = f"inline data of type {mime!r} reaches the model's gemini deployments only."
+    return None
+
+
+def _file(data: dict, where: str, found: GeminiRequest) -> dict | None:
+    uri, mime = member(data, "fileUri"), member(data, "mimeType")
+    need(isinstance(uri, str) and bool(uri), f"{where}.fileUri", "is required.")
+    is_image = isinstance(mime, str) and mime.startswith("image/")
+    on_google = uri.startswith("https://generativelanguage.googleapis.com/") or uri.startswith("gs://")
+    if is_image and uri.startswith(("http://", "https://")) and not on_google:
+        return {"type": "image_url", "image_url": {"url": uri}}
+    found.native_only[where] = "files given by URI reach the model's gemini deployments only (other deployments " \
+                               "take images by URL)."
+    return None

@@ -34,7 +34,9 @@ from gateway.upstream.shapes import (
     tokens_reported,
     tool_call_id,
 )
-from gateway.upstream.transport import EventStream, Refusal, json_object
+from gateway.upstream.refusals import Refusal
+from gateway.upstream.sse import EventStream
+from gateway.upstream.transport import json_object
 from models_catalog.provider_types import DEFAULT_MAX_TOKENS
 from utils_app.errors import GatewayError, InvalidRequest, UnsupportedParameter, UpstreamError
 

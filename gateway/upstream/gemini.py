@@ -40,7 +40,10 @@ from gateway.upstream.shapes import (
     tokens_reported,
     tool_call_id,
 )
-from gateway.upstream.transport import AnswerTooLarge, EventStream, HttpTransport, Refusal, json_object, note_fetched
+from gateway.upstream.images import note_fetched
+from gateway.upstream.refusals import Refusal
+from gateway.upstream.sse import EventStream
+from gateway.upstream.transport import AnswerTooLarge, HttpTransport, json_object
 from utils_app.errors import (
     GatewayError,
     InvalidRequest,

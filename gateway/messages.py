@@ -26,7 +26,7 @@ from gateway.json_schemas import SchemaWalk
 from gateway.local_models import count_tokens
 from gateway.services import ChatDialect, OpenAIEvents, ReplyTokens
 from gateway.upstream import honour
-from gateway.upstream.anthropic import stop_reason
+from gateway.upstream.anthropic_answer import stop_reason
 from gateway.upstream.shapes import EVENT_NAME, content_text, prompt_text, tool_call_id
 from models_catalog.models import AiModel
 from utils_app.errors import (

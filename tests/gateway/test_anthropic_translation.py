@@ -1,17 +1,13 @@
-"""The anthropic adapter's translations (gateway/upstream/anthropic.py) and the /v1/messages dialect
-(gateway/messages.py) as pure functions: the edges the served tests do not reach."""
+"""The anthropic adapter's translations (gateway/upstream/anthropic_request.py and anthropic_answer.py) and
+the /v1/messages dialect (gateway/messages.py) as pure functions: the edges the served tests do not reach."""
 import json
 
 import pytest
 
 from gateway import messages
-from gateway.upstream.anthropic import (
-    StreamTranslation,
-    anthropic_refusal,
-    completion,
-    messages_request,
-    usage,
-)
+from gateway.upstream.anthropic import anthropic_refusal
+from gateway.upstream.anthropic_answer import StreamTranslation, completion, usage
+from gateway.upstream.anthropic_request import messages_request
 from utils_app.errors import InvalidRequest, UnsupportedParameter, UpstreamError
 
 

@@ -28,7 +28,9 @@ from gateway import services
 from gateway.conversation import PassedThrough
 from gateway.local_models import count_tokens
 from gateway.services import ChatDialect, OpenAIEvents, Outcome
-from gateway.upstream import gemini as gemini_upstream
+from gateway.upstream.gemini import GeminiAdapter
+from gateway.upstream.gemini_answer import google_finish_reason
+from gateway.upstream.gemini_native import embed_native, generate_native, stream_native
 from gateway.upstream.shapes import content_text
 from keys.models import ApiKey
 from utils_app.errors import (
@@ -542,7 +544,7 @@ def generate_response(completion: dict, *, input_tokens: int, output_tokens: int
                 parts.append(_call_part(call.get("id"), function.get("name"), function.get("arguments")))
         index = choice.get("index")
         candidates.append({"content": {"role": "model", "parts": parts},
-                           "finishReason": gemini_upstream.google_finish_reason(choice.get("finish_reason")),
+                           "finishReason": google_finish_reason(choice.get("finish_reason")),
                            "index": index if type(index) is int else position})
     return {"candidates": candidates,
             "usageMetadata": usage_metadata(input_tokens=input_tokens, output_tokens=output_tokens, cached=cached,
@@ -563,7 +565,7 @@ class GeminiDialect(ChatDialect):
 
     @staticmethod
     def native(client) -> bool:
-        return isinstance(client, gemini_upstream.GeminiAdapter)
+        return isinstance(client, GeminiAdapter)
 
     def translated(self, client) -> None:
         """A deployment of another type: what only Google's API takes moves the request on to the pool's next
@@ -574,13 +576,13 @@ class GeminiDialect(ChatDialect):
 
     def complete(self, client, payload: dict) -> dict:
         if self.native(client):
-            return gemini_upstream.generate_native(client, self.body)
+            return generate_native(client, self.body)
         self.translated(client)
         return client.chat(payload)
 
     def stream(self, client, payload: dict):
         if self.native(client):
-            return gemini_upstream.stream_native(client, self.body)
+            return stream_native(client, self.body)
         self.translated(client)
         return client.chat_stream(payload)
 
@@ -649,7 +651,7 @@ class GeminiEvents(OpenAIEvents):
                 parts += [_call_part(call["id"], call["name"], call["arguments"])
                           for _, call in sorted(self.calls.pop(index, {}).items())]
                 self.final.append({"content": {"role": "model", "parts": parts},
-                                   "finishReason": gemini_upstream.google_finish_reason(choice["finish_reason"]),
+                                   "finishReason": google_finish_reason(choice["finish_reason"]),
                                    "index": index})
             elif parts:
                 candidates.append({"content": {"role": "model", "parts": parts}, "index": index})
@@ -771,8 +773,8 @@ def embed(*, request, key: ApiKey, model_id: str, embed_request: EmbedRequest, b
     hold = services.Hold(input_tokens=lambda: sum(count_tokens(text) for text in texts))
     with services.metered(request=request, key=key, operation="embedding", model_id=model_id, hold=hold) as meter:
         def call(client) -> tuple[list[list[float]], int | None]:
-            if isinstance(client, gemini_upstream.GeminiAdapter):
-                return gemini_upstream.embed_native(client, embed_request.method, body)
+            if isinstance(client, GeminiAdapter):
+                return embed_native(client, embed_request.method, body)
             client.ignored.extend(embed_request.ignored)
             answer = client.embeddings({"model": model_id, "input": texts, "encoding_format": "float",
                                         **({"dimensions": params["dimensions"]} if "dimensions" in params else {})})

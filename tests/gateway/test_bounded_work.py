@@ -18,7 +18,7 @@ from gateway.local_models import count_tokens
 from gateway.services import ChatRelay, ReplyTokens
 from gateway.upstream import images
 from gateway.upstream.anthropic_request import tool_definition
-from gateway.upstream.gemini import gemini_schema
+from gateway.upstream.gemini_request import gemini_schema
 from keys.ledger import mismatches
 from keys.models import LedgerEntry
 from models_catalog.models import Deployment, Provider

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gateway.conversation import PassedThrough, StopReason, finish_reason, stop_reason
-from gateway.upstream import anthropic_answer, gemini, openai
+from gateway.upstream import anthropic_answer, gemini_answer, openai
 from gateway.upstream.shapes import ChunkStream, commits
 
 # Chat's older single-function call has no name of its own on any other wire: it goes out as a tool call.
@@ -77,35 +77,35 @@ def test_anthropic_reasons_it_never_named_read_as_stop_and_go_out_as_end_turn():
 # ---------------------------------------------------------------- Gemini
 
 def gemini_wire_reasons():
-    return sorted(set(gemini.FINISH_REASONS) | gemini.FILTERED)
+    return sorted(set(gemini_answer.FINISH_REASONS) | gemini_answer.FILTERED)
 
 
 @pytest.mark.parametrize("reason", list(StopReason))
 def test_every_neutral_reason_goes_to_gemini_and_comes_back(reason):
-    wire = gemini.google_finish_reason(reason.value)
+    wire = gemini_answer.google_finish_reason(reason.value)
     # Gemini has no reason for a tool call: the call itself says it.
-    back = gemini.finish_reason(wire, called=reason in (StopReason.TOOL_CALLS, StopReason.FUNCTION_CALL))
+    back = gemini_answer.finish_reason(wire, called=reason in (StopReason.TOOL_CALLS, StopReason.FUNCTION_CALL))
     assert back == after_folding(reason)
 
 
 @pytest.mark.parametrize("wire", gemini_wire_reasons())
 def test_every_gemini_finish_reason_comes_in_and_goes_back_out(wire):
-    finish = gemini.finish_reason(wire, called=False)
-    out = gemini.google_finish_reason(finish)
+    finish = gemini_answer.finish_reason(wire, called=False)
+    out = gemini_answer.google_finish_reason(finish)
     # Every reason for withholding output says content_filter, which goes out as SAFETY.
-    assert out == ("SAFETY" if wire in gemini.FILTERED else wire)
-    assert gemini.finish_reason(out, called=False) == finish
+    assert out == ("SAFETY" if wire in gemini_answer.FILTERED else wire)
+    assert gemini_answer.finish_reason(out, called=False) == finish
 
 
 def test_gemini_names_every_neutral_reason():
-    assert set(gemini.GOOGLE_REASONS) == set(StopReason)
+    assert set(gemini_answer.GOOGLE_REASONS) == set(StopReason)
 
 
 def test_gemini_reasons_it_never_named_read_as_stop_and_go_out_as_stop():
-    assert gemini.finish_reason("FINISH_REASON_UNSPECIFIED", called=False) == "stop"
-    assert gemini.finish_reason(None, called=False) is None
-    assert gemini.google_finish_reason(None) == "STOP"
-    assert gemini.google_finish_reason("paused") == "STOP"
+    assert gemini_answer.finish_reason("FINISH_REASON_UNSPECIFIED", called=False) == "stop"
+    assert gemini_answer.finish_reason(None, called=False) is None
+    assert gemini_answer.google_finish_reason(None) == "STOP"
+    assert gemini_answer.google_finish_reason("paused") == "STOP"
 
 
 # ---------------------------------------------------------------- the Responses API's incomplete reasons

@@ -3,9 +3,9 @@ shares, whatever its wire.
 
 The neutral shape is the chat completion's (OpenAI's chat.completion and its chunks), so its stop reasons
 are OpenAI's finish reasons and its usage is chat's. Each wire maps to and from these beside its reverse:
-Anthropic's stop reasons in gateway.upstream.anthropic, Gemini's finish reasons in gateway.upstream.gemini,
-the Responses API's incomplete reasons in gateway.upstream.openai. What is typed so far and what still
-travels as a dict is in docs/architecture.md ("One conversation shape").
+Anthropic's stop reasons in gateway.upstream.anthropic_answer, Gemini's finish reasons in
+gateway.upstream.gemini_answer, the Responses API's incomplete reasons in gateway.upstream.openai. What is
+typed so far and what still travels as a dict is in docs/architecture.md ("One conversation shape").
 """
 from collections.abc import Mapping
 from enum import StrEnum

@@ -4,7 +4,7 @@ import uuid
 from typing import Any
 
 from gateway.gemini_api.members import obj
-from gateway.upstream import gemini as gemini_upstream
+from gateway.upstream.gemini_answer import google_finish_reason
 from gateway.upstream.shapes import content_text
 
 
@@ -66,7 +66,7 @@ def generate_response(completion: dict, *, input_tokens: int, output_tokens: int
                 parts.append(call_part(call.get("id"), function.get("name"), function.get("arguments")))
         index = choice.get("index")
         candidates.append({"content": {"role": "model", "parts": parts},
-                           "finishReason": gemini_upstream.google_finish_reason(choice.get("finish_reason")),
+                           "finishReason": google_finish_reason(choice.get("finish_reason")),
                            "index": index if type(index) is int else position})
     return {"candidates": candidates,
             "usageMetadata": usage_metadata(input_tokens=input_tokens, output_tokens=output_tokens, cached=cached,

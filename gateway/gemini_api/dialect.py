@@ -4,7 +4,8 @@ from gateway.gemini_api.answer import generate_response
 from gateway.gemini_api.members import GeminiRequest
 from gateway.gemini_api.stream import GeminiEvents
 from gateway.services import ChatDialect
-from gateway.upstream import gemini as gemini_upstream
+from gateway.upstream.gemini import GeminiAdapter
+from gateway.upstream.gemini_native import generate_native, stream_native
 from utils_app.errors import UnsupportedParameter
 
 
@@ -21,7 +22,7 @@ class GeminiDialect(ChatDialect):
 
     @staticmethod
     def native(client) -> bool:
-        return isinstance(client, gemini_upstream.GeminiAdapter)
+        return isinstance(client, GeminiAdapter)
 
     def translated(self, client) -> None:
         """A deployment of another type: what only Google's API takes moves the request on to the pool's next
@@ -32,13 +33,13 @@ class GeminiDialect(ChatDialect):
 
     def complete(self, client, payload: dict) -> dict:
         if self.native(client):
-            return gemini_upstream.generate_native(client, self.body)
+            return generate_native(client, self.body)
         self.translated(client)
         return client.chat(payload)
 
     def stream(self, client, payload: dict):
         if self.native(client):
-            return gemini_upstream.stream_native(client, self.body)
+            return stream_native(client, self.body)
         self.translated(client)
         return client.chat_stream(payload)
 

@@ -5,7 +5,8 @@ from gateway.gemini_api.members import member, need, need_dict, need_list, obj
 from gateway.local_models import count_tokens
 from gateway.pipeline import Outcome, metered
 from gateway.prices import Hold
-from gateway.upstream import gemini as gemini_upstream
+from gateway.upstream.gemini import GeminiAdapter
+from gateway.upstream.gemini_native import embed_native
 from keys.models import ApiKey
 from utils_app.errors import InvalidRequest, UpstreamError
 
@@ -69,8 +70,8 @@ def embed(*, request, key: ApiKey, model_id: str, embed_request: EmbedRequest, b
     hold = Hold(input_tokens=lambda: sum(count_tokens(text) for text in texts))
     with metered(request=request, key=key, operation="embedding", model_id=model_id, hold=hold) as meter:
         def call(client) -> tuple[list[list[float]], int | None]:
-            if isinstance(client, gemini_upstream.GeminiAdapter):
-                return gemini_upstream.embed_native(client, embed_request.method, body)
+            if isinstance(client, GeminiAdapter):
+                return embed_native(client, embed_request.method, body)
             client.ignored.extend(embed_request.ignored)
             answer = client.embeddings({"model": model_id, "input": texts, "encoding_format": "float",
                                         **({"dimensions": params["dimensions"]} if "dimensions" in params else {})})

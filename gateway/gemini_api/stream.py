@@ -7,7 +7,7 @@ from gateway.gemini_api.answer import call_part, reasoning_tokens, response_id, 
 from gateway.gemini_api.errors import error_body
 from gateway.gemini_api.members import index_or, obj
 from gateway.relay import OpenAIEvents
-from gateway.upstream import gemini as gemini_upstream
+from gateway.upstream.gemini_answer import google_finish_reason
 from utils_app.errors import GatewayError
 
 
@@ -66,7 +66,7 @@ class GeminiEvents(OpenAIEvents):
                 parts += [call_part(call["id"], call["name"], call["arguments"])
                           for _, call in sorted(self.calls.pop(index, {}).items())]
                 self.final.append({"content": {"role": "model", "parts": parts},
-                                   "finishReason": gemini_upstream.google_finish_reason(choice["finish_reason"]),
+                                   "finishReason": google_finish_reason(choice["finish_reason"]),
                                    "index": index})
             elif parts:
                 candidates.append({"content": {"role": "model", "parts": parts}, "index": index})

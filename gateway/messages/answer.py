@@ -4,7 +4,7 @@ import uuid
 from typing import Any
 
 from gateway.conversation import PassedThrough
-from gateway.upstream.anthropic import stop_reason
+from gateway.upstream.anthropic_answer import stop_reason
 from gateway.upstream.shapes import content_text, tool_call_id
 
 

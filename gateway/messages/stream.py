@@ -6,7 +6,7 @@ from gateway.conversation import PassedThrough
 from gateway.messages.answer import message_id, message_usage
 from gateway.messages.errors import error_body
 from gateway.relay import OpenAIEvents, ReplyTokens
-from gateway.upstream.anthropic import stop_reason
+from gateway.upstream.anthropic_answer import stop_reason
 from gateway.upstream.shapes import EVENT_NAME, tool_call_id
 from utils_app.errors import GatewayError, UpstreamError
 

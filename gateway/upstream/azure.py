@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 from gateway.upstream import register
 from gateway.upstream.openai import OpenAIAdapter
-from gateway.upstream.transport import EventStream
+from gateway.upstream.sse import EventStream
 from models_catalog.provider_types import DEFAULT_AZURE_API_VERSION
 
 

@@ -5,7 +5,8 @@ from functools import cached_property
 from typing import Any
 
 from gateway.upstream.shapes import Audio, Image
-from gateway.upstream.transport import Deadline, HttpTransport, Refusal, json_object
+from gateway.upstream.refusals import Refusal
+from gateway.upstream.transport import Deadline, HttpTransport, json_object
 from models_catalog.catalog import secret_env_allowed
 from models_catalog.models import Deployment
 from models_catalog.provider_types import TYPES

@@ -9,8 +9,10 @@ from gateway.conversation import PassedThrough, StopReason
 from gateway.serializers import SPEECH_DEFAULTS
 from gateway.upstream import register
 from gateway.upstream.base import HttpAdapter
+from gateway.upstream.images import image_type
 from gateway.upstream.shapes import EVENT_NAME, Audio, ChunkStream, Image, tool_call_id
-from gateway.upstream.transport import EventStream, image_type, json_object
+from gateway.upstream.sse import EventStream
+from gateway.upstream.transport import json_object
 from utils_app.errors import UpstreamError, UpstreamRejected
 
 _T = TypeVar("_T")

@@ -1,5 +1,5 @@
-"""The anthropic adapter's translations (gateway/upstream/anthropic.py) and the /v1/messages dialect
-(gateway/messages/) as pure functions: the edges the served tests do not reach."""
+"""The anthropic adapter's translations (gateway/upstream/anthropic_request.py and anthropic_answer.py) and
+the /v1/messages dialect (gateway/messages/) as pure functions: the edges the served tests do not reach."""
 import json
 
 import pytest
@@ -7,13 +7,9 @@ import pytest
 from gateway.messages.dialect import AnthropicDialect
 from gateway.messages.request import chat_params
 from gateway.messages.stream import AnthropicEvents
-from gateway.upstream.anthropic import (
-    StreamTranslation,
-    anthropic_refusal,
-    completion,
-    messages_request,
-    usage,
-)
+from gateway.upstream.anthropic import anthropic_refusal
+from gateway.upstream.anthropic_answer import StreamTranslation, completion, usage
+from gateway.upstream.anthropic_request import messages_request
 from utils_app.errors import InvalidRequest, UnsupportedParameter, UpstreamError
 
 

@@ -16,9 +16,9 @@ from gateway import routing
 from gateway.json_schemas import SchemaWalk
 from gateway.local_models import count_tokens
 from gateway.relay import ChatRelay, ReplyTokens
-from gateway.upstream import transport
-from gateway.upstream.anthropic import tool_definition
-from gateway.upstream.gemini import gemini_schema
+from gateway.upstream import images
+from gateway.upstream.anthropic_request import tool_definition
+from gateway.upstream.gemini_request import gemini_schema
 from keys.ledger import mismatches
 from keys.models import LedgerEntry
 from models_catalog.models import Deployment, Provider
@@ -84,7 +84,7 @@ class ImageHost(FakeServer):
 def image_host(monkeypatch):
     host = ImageHost().start()
     # A client's image URL is fetched from public addresses only: this loopback host stands for one.
-    monkeypatch.setattr(transport, "is_public", lambda address: True)
+    monkeypatch.setattr(images, "is_public", lambda address: True)
     yield host
     host.stop()
 
@@ -187,24 +187,23 @@ def test_a_client_image_url_on_the_providers_own_host_is_not_fetched(client, fre
 def test_only_an_upstreams_own_image_urls_may_be_on_its_host(monkeypatch):
     """The provider's host (here a private address) is trusted for the image URLs its upstream hands out,
     never for a client's, at the first hop or at any redirect."""
-    hops = transport.HttpTransport(name="p", base_url="http://10.0.0.5:8000/v1beta", timeout=5, headers={},
-                                   secret="", read_error=lambda status, content: transport.Refusal())
+    provider = {"name": "p", "base_url": "http://10.0.0.5:8000/v1beta"}
     lookups = []
-    monkeypatch.setattr(transport.socket, "getaddrinfo", lambda host, port, **kw: lookups.append(host) or [
+    monkeypatch.setattr(images.socket, "getaddrinfo", lambda host, port, **kw: lookups.append(host) or [
         (None, None, None, "", ("10.0.0.5", port))])
-    hops._check_image_url("http://10.0.0.5:8000/files/cat.png")  # the upstream's own: trusted as it is
+    images.check_image_url("http://10.0.0.5:8000/files/cat.png", **provider)  # the upstream's own: trusted as it is
     assert lookups == []
-    with pytest.raises(transport.UpstreamError):
-        hops._check_image_url("http://10.0.0.5:8000/files/cat.png", client=True)
+    with pytest.raises(images.UpstreamError):
+        images.check_image_url("http://10.0.0.5:8000/files/cat.png", **provider, client=True)
     assert lookups == ["10.0.0.5"]
 
 
 def test_memory_is_given_back_after_a_request_that_fetched_images(client, free_key, models, image_host, monkeypatch):
     key, secret = free_key
     trims = []
-    monkeypatch.setattr(transport, "_trim", trims.append)
-    monkeypatch.setattr(transport, "_fetched_bytes", 0)
-    monkeypatch.setattr(transport, "GIVE_BACK_AFTER_BYTES", 64 * 1024)
+    monkeypatch.setattr(images, "_trim", trims.append)
+    monkeypatch.setattr(images, "_fetched_bytes", 0)
+    monkeypatch.setattr(images, "GIVE_BACK_AFTER_BYTES", 64 * 1024)
     parts = [image(f"{image_host.root}/{100 * 1024}.png")]
     answer = chat(client, secret, messages=[{"role": "user", "content": parts}])
     assert answer.status_code == 200, answer.content

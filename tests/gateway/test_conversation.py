@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gateway.conversation import PassedThrough, StopReason, finish_reason, stop_reason
-from gateway.upstream import anthropic, gemini, openai
+from gateway.upstream import anthropic_answer, gemini_answer, openai
 from gateway.upstream.shapes import ChunkStream, commits
 
 # Chat's older single-function call has no name of its own on any other wire: it goes out as a tool call.
@@ -36,76 +36,76 @@ def test_a_finish_reason_no_api_names_reads_as_none(wire):
 
 @pytest.mark.parametrize("reason", list(StopReason))
 def test_every_neutral_reason_goes_to_anthropic_and_comes_back(reason):
-    wire = anthropic.stop_reason(reason.value, called=False)
-    back = anthropic.finish_reason(wire, called=reason in (StopReason.TOOL_CALLS, StopReason.FUNCTION_CALL))
+    wire = anthropic_answer.stop_reason(reason.value, called=False)
+    back = anthropic_answer.finish_reason(wire, called=reason in (StopReason.TOOL_CALLS, StopReason.FUNCTION_CALL))
     assert back == after_folding(reason)
 
 
-@pytest.mark.parametrize("wire", sorted(anthropic.FINISH_REASONS))
+@pytest.mark.parametrize("wire", sorted(anthropic_answer.FINISH_REASONS))
 def test_every_anthropic_stop_reason_comes_in_and_goes_back_out(wire):
     called = wire == "tool_use"
-    finish = anthropic.finish_reason(wire, called=called)
-    assert stop_reason(finish) is anthropic.FINISH_REASONS[wire]
-    out = anthropic.stop_reason(finish, called=called)
-    assert out == wire or anthropic.FINISH_REASONS[out] == anthropic.FINISH_REASONS[wire]
+    finish = anthropic_answer.finish_reason(wire, called=called)
+    assert stop_reason(finish) is anthropic_answer.FINISH_REASONS[wire]
+    out = anthropic_answer.stop_reason(finish, called=called)
+    assert out == wire or anthropic_answer.FINISH_REASONS[out] == anthropic_answer.FINISH_REASONS[wire]
 
 
 def test_the_anthropic_reasons_that_share_a_neutral_one_go_back_as_the_first_named():
-    shared = {wire: anthropic.stop_reason(anthropic.finish_reason(wire, called=False), called=False)
-              for wire in anthropic.FINISH_REASONS
-              if anthropic.stop_reason(anthropic.finish_reason(wire, called=False), called=False) != wire}
+    shared = {wire: anthropic_answer.stop_reason(anthropic_answer.finish_reason(wire, called=False), called=False)
+              for wire in anthropic_answer.FINISH_REASONS
+              if anthropic_answer.stop_reason(anthropic_answer.finish_reason(wire, called=False), called=False) != wire}
     assert shared == {"stop_sequence": "end_turn", "pause_turn": "end_turn",
                       "model_context_window_exceeded": "max_tokens"}
 
 
 def test_anthropic_names_every_neutral_reason():
-    assert set(anthropic.STOP_REASONS) == set(StopReason)
+    assert set(anthropic_answer.STOP_REASONS) == set(StopReason)
 
 
 def test_an_anthropic_answer_that_calls_a_tool_is_tool_use_whatever_its_reason():
-    assert anthropic.finish_reason("end_turn", called=True) == "tool_calls"
-    assert anthropic.stop_reason("stop", called=True) == "tool_use"
+    assert anthropic_answer.finish_reason("end_turn", called=True) == "tool_calls"
+    assert anthropic_answer.stop_reason("stop", called=True) == "tool_use"
 
 
 def test_anthropic_reasons_it_never_named_read_as_stop_and_go_out_as_end_turn():
-    assert anthropic.finish_reason("a_reason_of_tomorrow", called=False) == "stop"
-    assert anthropic.finish_reason(None, called=False) is None
-    assert anthropic.stop_reason("paused", called=False) == "end_turn"
-    assert anthropic.stop_reason(None, called=False) == "end_turn"
+    assert anthropic_answer.finish_reason("a_reason_of_tomorrow", called=False) == "stop"
+    assert anthropic_answer.finish_reason(None, called=False) is None
+    assert anthropic_answer.stop_reason("paused", called=False) == "end_turn"
+    assert anthropic_answer.stop_reason(None, called=False) == "end_turn"
 
 
 # ---------------------------------------------------------------- Gemini
 
 def gemini_wire_reasons():
-    return sorted(set(gemini.FINISH_REASONS) | gemini.FILTERED)
+    return sorted(set(gemini_answer.FINISH_REASONS) | gemini_answer.FILTERED)
 
 
 @pytest.mark.parametrize("reason", list(StopReason))
 def test_every_neutral_reason_goes_to_gemini_and_comes_back(reason):
-    wire = gemini.google_finish_reason(reason.value)
+    wire = gemini_answer.google_finish_reason(reason.value)
     # Gemini has no reason for a tool call: the call itself says it.
-    back = gemini.finish_reason(wire, called=reason in (StopReason.TOOL_CALLS, StopReason.FUNCTION_CALL))
+    back = gemini_answer.finish_reason(wire, called=reason in (StopReason.TOOL_CALLS, StopReason.FUNCTION_CALL))
     assert back == after_folding(reason)
 
 
 @pytest.mark.parametrize("wire", gemini_wire_reasons())
 def test_every_gemini_finish_reason_comes_in_and_goes_back_out(wire):
-    finish = gemini.finish_reason(wire, called=False)
-    out = gemini.google_finish_reason(finish)
+    finish = gemini_answer.finish_reason(wire, called=False)
+    out = gemini_answer.google_finish_reason(finish)
     # Every reason for withholding output says content_filter, which goes out as SAFETY.
-    assert out == ("SAFETY" if wire in gemini.FILTERED else wire)
-    assert gemini.finish_reason(out, called=False) == finish
+    assert out == ("SAFETY" if wire in gemini_answer.FILTERED else wire)
+    assert gemini_answer.finish_reason(out, called=False) == finish
 
 
 def test_gemini_names_every_neutral_reason():
-    assert set(gemini.GOOGLE_REASONS) == set(StopReason)
+    assert set(gemini_answer.GOOGLE_REASONS) == set(StopReason)
 
 
 def test_gemini_reasons_it_never_named_read_as_stop_and_go_out_as_stop():
-    assert gemini.finish_reason("FINISH_REASON_UNSPECIFIED", called=False) == "stop"
-    assert gemini.finish_reason(None, called=False) is None
-    assert gemini.google_finish_reason(None) == "STOP"
-    assert gemini.google_finish_reason("paused") == "STOP"
+    assert gemini_answer.finish_reason("FINISH_REASON_UNSPECIFIED", called=False) == "stop"
+    assert gemini_answer.finish_reason(None, called=False) is None
+    assert gemini_answer.google_finish_reason(None) == "STOP"
+    assert gemini_answer.google_finish_reason("paused") == "STOP"
 
 
 # ---------------------------------------------------------------- the Responses API's incomplete reasons

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from gateway import probes, routing
-from gateway.upstream import transport
+from gateway.upstream import images
 from keys.ledger import mismatches
 from models_catalog.models import Deployment, Provider, UsageEvent
 from tests.gateway.conftest import (
@@ -204,7 +204,7 @@ def test_a_prompt_gemini_blocks_is_a_400_content_filter_and_costs_nothing(sdk, g
 def test_images_by_data_url_and_by_url_reach_gemini_inline(sdk, google, gemini, monkeypatch):
     client, key = sdk
     # A client's image URL is fetched from public addresses only: the fake's loopback address stands for one.
-    monkeypatch.setattr(transport, "is_public", lambda address: True)
+    monkeypatch.setattr(images, "is_public", lambda address: True)
     gemini.serve_file("/files/cat.png", PNG_1X1, "image/png")
     png = base64.b64encode(PNG_1X1).decode()
     client.chat.completions.create(model="gem-chat", messages=[{"role": "user", "content": [

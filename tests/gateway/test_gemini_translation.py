@@ -7,17 +7,10 @@ import struct
 
 import pytest
 
-from gateway.upstream.gemini import (
-    StreamTranslation,
-    completion,
-    conversation,
-    embedding_list,
-    finish_reason,
-    gemini_refusal,
-    gemini_schema,
-    generate_request,
-    usage,
-)
+from gateway.upstream.gemini import gemini_refusal
+from gateway.upstream.gemini_answer import StreamTranslation, completion, embedding_list, finish_reason, usage
+from gateway.upstream.gemini_messages import conversation
+from gateway.upstream.gemini_request import gemini_schema, generate_request
 from tests.gateway.gemini_fake import (
     answer,
     blocked,

@@ -15,7 +15,7 @@ from django.core.management import CommandError, call_command
 from gateway import local_models, probes
 from gateway.conversation import PassedThrough
 from gateway.messages.stream import AnthropicEvents
-from gateway.upstream.transport import scrub
+from gateway.upstream.scrub import scrub
 from models_catalog.models import Deployment, Provider
 from tests.gateway.anthropic_fake import (
     ANTHROPIC_KEY,

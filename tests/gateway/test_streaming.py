@@ -120,7 +120,7 @@ def test_a_finished_stream_leaves_its_upstream_connection_for_the_next_call(clie
 @pytest.mark.django_db
 def test_a_stream_whose_body_goes_on_after_done_has_its_connection_dropped(client, fake_models, upstream, free_key,
                                                                           monkeypatch):
-    monkeypatch.setattr("gateway.upstream.transport.STREAM_END_SECONDS", 0.2)
+    monkeypatch.setattr("gateway.upstream.sse.STREAM_END_SECONDS", 0.2)
     _, secret = free_key
     # The body does not end after [DONE] within the wait: the connection is not kept for reuse.
     upstream.sse("/chat/completions", [chunk("Hi"), usage_chunk(5, 1), "[DONE]", Pause(2)])

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from gateway.upstream import transport
+from gateway.upstream import images
 from keys.models import ApiKey
 from models_catalog import catalog
 from models_catalog.models import Deployment, Provider, UsageEvent
@@ -204,7 +204,7 @@ def test_an_image_url_on_a_private_address_is_never_fetched(client, fake_models,
     ("::1", False), ("fd00::1", False), ("fe80::1%eth0", False), ("::ffff:127.0.0.1", False), ("not-an-ip", False),
 ])
 def test_only_public_addresses_count_as_public(address, public):
-    assert transport.is_public(address) is public
+    assert images.is_public(address) is public
 
 
 # ---------------------------------------------------------------- the provider's secret

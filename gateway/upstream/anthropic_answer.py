@@ -1,0 +1,177 @@
+"""Anthropic's answer, a message object or its event stream, as an OpenAI-shaped chat answer; and its stop
+reasons as chat's finish reasons beside their reverse (gateway.messages answers with these)."""
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.conversation import StopReason
+from gateway.upstream.shapes import Malformed, tokens_reported, tool_call_id
+
+# Anthropic's stop reasons as the neutral ones, and the neutral ones as Anthropic's (gateway.messages answers
+# with these): a round trip keeps every reason but the ones two names share (stop_sequence and end_turn say
+# stop; function_call, chat's older tool call, comes back as tool_calls).
+FINISH_REASONS = {"end_turn": StopReason.STOP, "stop_sequence": StopReason.STOP, "pause_turn": StopReason.STOP,
+                  "max_tokens": StopReason.LENGTH, "model_context_window_exceeded": StopReason.LENGTH,
+                  "tool_use": StopReason.TOOL_CALLS, "refusal": StopReason.CONTENT_FILTER}
+STOP_REASONS = {StopReason.STOP: "end_turn", StopReason.LENGTH: "max_tokens", StopReason.TOOL_CALLS: "tool_use",
+                StopReason.FUNCTION_CALL: "tool_use", StopReason.CONTENT_FILTER: "refusal"}
+# The stream event that carries a content block's output (text, a tool's input, thinking).
+CONTENT_DELTA = "content_block_delta"
+
+
+def finish_reason(reason: Any, called: bool) -> str | None:
+    """Anthropic's stop reason as a chat answer's finish reason (``stop_reason`` is its reverse)."""
+    if called:
+        return StopReason.TOOL_CALLS.value  # an answer that calls a function, whatever Anthropic's reason
+    if not reason:
+        return None
+    return FINISH_REASONS.get(reason, StopReason.STOP).value
+
+
+def stop_reason(finish: Any, called: bool) -> str:
+    """A chat answer's finish reason as Anthropic's stop reason (``finish_reason`` is its reverse)."""
+    return STOP_REASONS[StopReason.TOOL_CALLS] if called else STOP_REASONS.get(finish, "end_turn")
+
+
+def usage(counts: Any) -> dict[str, Any] | None:
+    """Anthropic's usage as OpenAI's: prompt_tokens counts every input token, the ones read from the
+    cache and the ones written to it included (Anthropic's input_tokens counts only the rest)."""
+    if not isinstance(counts, dict):
+        return None
+    # A count sent but unusable (negative, fractional, text) leaves its total out, and the gateway's estimate
+    # is metered instead (docs/hardening.md); the metering clamps what is left (gateway.prices).
+    cached, fresh, written, output = (tokens_reported(counts, name) for name in (
+        "cache_read_input_tokens", "input_tokens", "cache_creation_input_tokens", "output_tokens"))
+    counted: dict[str, Any] = {}
+    if cached is not None and fresh is not None and written is not None:
+        counted["prompt_tokens"] = fresh + cached + written
+    if output is not None:
+        counted["completion_tokens"] = output
+    if len(counted) == 2:
+        counted["total_tokens"] = counted["prompt_tokens"] + counted["completion_tokens"]
+    if cached is not None:
+        counted["prompt_tokens_details"] = {"cached_tokens": cached}
+    return counted
+
+
+def _blocks(body: dict[str, Any], malformed: Malformed) -> list[dict[str, Any]]:
+    content = body.get("content")
+    if not isinstance(content, list) or not all(isinstance(block, dict) for block in content):
+        raise malformed("response")
+    return content
+
+
+def _tool_call(block: dict[str, Any], malformed: Malformed) -> dict[str, Any]:
+    if not isinstance(block.get("name"), str) or not isinstance(block.get("input", {}), dict):
+        raise malformed("tool call")
+    return {"id": block["id"] if isinstance(block.get("id"), str) and block["id"] else tool_call_id(),
+            "type": "function",
+            "function": {"name": block["name"], "arguments": json.dumps(block.get("input") or {}, ensure_ascii=False)}}
+
+
+def _completion_id(message_id: Any) -> str:
+    return f"chatcmpl-{message_id}" if isinstance(message_id, str) and message_id else \
+        f"chatcmpl-{uuid.uuid4().hex[:24]}"
+
+
+def completion(body: dict[str, Any], *, model: str, malformed: Malformed) -> dict[str, Any]:
+    texts, calls = [], []
+    for block in _blocks(body, malformed):
+        if block.get("type") == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif block.get("type") == "tool_use":
+            calls.append(_tool_call(block, malformed))
+        # thinking blocks and server tools' blocks are not part of OpenAI's answer
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
+    if calls:
+        message["tool_calls"] = calls
+    answer = {"id": _completion_id(body.get("id")), "object": "chat.completion", "created": int(time.time()),
+              "model": model, "choices": [{"index": 0, "message": message, "logprobs": None,
+                                           "finish_reason": finish_reason(body.get("stop_reason") or "end_turn",
+                                                                          bool(calls))}]}
+    counted = usage(body.get("usage"))
+    if counted:
+        answer["usage"] = counted
+    return answer
+
+
+@dataclass
+class _Block:
+    kind: str
+    call: int | None = None  # a tool_use block's index among the answer's tool calls
+
+
+class StreamTranslation:
+    """Anthropic's stream events as chat.completion.chunk objects, one chunk per event that says something,
+    as it arrives: text deltas as content, a tool_use block's start as a tool call (id and name) and its
+    input_json_delta pieces as that call's arguments, message_delta as the finish reason."""
+
+    def __init__(self, *, model: str):
+        self.model = model
+        self.id = _completion_id(None)
+        self.created = int(time.time())
+        self.counts: dict[str, Any] = {}
+        self.blocks: dict[Any, _Block] = {}  # by the index the upstream gives a block
+        self.calls = 0
+        self.opened = False
+        self.done = False
+
+    def chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        if not self.opened:
+            delta = {"role": "assistant", **delta}
+            self.opened = True
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    def count(self, counts: Any) -> None:
+        if isinstance(counts, dict):
+            self.counts.update({name: value for name, value in counts.items() if value is not None})
+
+    def translate(self, event: dict[str, Any], *, malformed: Malformed) -> dict[str, Any] | None:
+        kind = event.get("type")
+        if kind == "message_start":
+            message = event.get("message")
+            if not isinstance(message, dict):
+                raise malformed("stream event")
+            self.id = _completion_id(message.get("id"))
+            self.count(message.get("usage"))
+            return self.chunk({})  # the role: held back until the first content (the commit point)
+        if kind == "content_block_start":
+            block, index = event.get("content_block"), event.get("index")
+            if not isinstance(block, dict) or type(index) is not int:
+                raise malformed("stream event")
+            if block.get("type") == "tool_use":
+                self.blocks[index] = _Block("tool_use", self.calls)
+                self.calls += 1
+                call = _tool_call({**block, "input": {}}, malformed)
+                call["function"]["arguments"] = ""
+                return self.chunk({"tool_calls": [{"index": self.blocks[index].call, **call}]})
+            self.blocks[index] = _Block(str(block.get("type")))
+            if block.get("type") == "text" and isinstance(block.get("text"), str) and block["text"]:
+                return self.chunk({"content": block["text"]})
+            return None
+        if kind == CONTENT_DELTA:
+            delta, block = event.get("delta"), self.blocks.get(event.get("index"))
+            if not isinstance(delta, dict) or block is None:
+                raise malformed("stream event")
+            if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str) and delta["text"]:
+                return self.chunk({"content": delta["text"]})
+            if delta.get("type") == "input_json_delta" and block.call is not None and delta.get("partial_json"):
+                return self.chunk({"tool_calls": [{"index": block.call,
+                                                   "function": {"arguments": delta["partial_json"]}}]})
+            return None  # thinking, signatures, citations: not part of OpenAI's answer
+        if kind == "message_delta":
+            self.count(event.get("usage"))
+            delta = event.get("delta")
+            if not isinstance(delta, dict):
+                delta = {}
+            return self.chunk({}, finish_reason(delta.get("stop_reason") or "end_turn", self.calls > 0))
+        if kind == "message_stop":
+            self.done = True
+        return None  # ping, content_block_stop, and event types added after this was written
+
+    def usage_chunk(self) -> dict[str, Any]:
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": [], "usage": usage(self.counts)}

@@ -1,0 +1,264 @@
+"""An OpenAI-shaped chat request as a request to Anthropic's Messages API (gateway.upstream.anthropic
+sends it): the conversation, its tools and tool choice, thinking, structured outputs, and what Anthropic
+cannot do refused or named as left out (gateway.upstream.honour)."""
+import re
+from typing import Any
+
+from gateway.json_schemas import SchemaWalk
+from gateway.upstream.honour import REFUSALS, SERVER_FEATURES, name_left_out, refuse_audio_output, thinking_budget
+from gateway.upstream.shapes import content_text, data_url, function_call, tool_call_id
+from utils_app.errors import InvalidRequest, UnsupportedParameter
+
+TOOL_ID_REFUSED = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def messages_request(payload: dict[str, Any], *, model: str, max_tokens_default: int,
+                     ignored: list[str] | None = None) -> dict[str, Any]:
+    """A Messages API request for an OpenAI-shaped chat request. A parameter whose absence would change the
+    answer's shape raises; one Anthropic has no use for is left out and named in ``ignored`` (honour)."""
+    refuse_unsupported(payload)
+    name_left_out(payload, ignored, LEFT_OUT)
+    system, messages = conversation(payload["messages"])
+    request: dict[str, Any] = {"model": model, "messages": messages,
+                     "max_tokens": payload.get("max_completion_tokens") or payload.get("max_tokens")
+                     or max_tokens_default}
+    if system:
+        request["system"] = system
+    for name in ("temperature", "top_p"):
+        if payload.get(name) is not None:
+            request[name] = payload[name]
+    schema = answer_schema(payload.get("response_format"))
+    if schema is not None:  # Anthropic's structured outputs
+        request["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
+    budget = thinking_budget(payload.get("reasoning_effort"))
+    if budget is not None:
+        if can_think(payload, request["max_tokens"]):
+            # Anthropic's budget is part of max_tokens and must stay below it.
+            request["thinking"] = {"type": "enabled", "budget_tokens": min(budget, request["max_tokens"] - 1)}
+        elif ignored is not None:
+            ignored.append("reasoning_effort")
+    stop = payload.get("stop")
+    if stop:
+        request["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+    tools = payload.get("tools")
+    if tools:
+        walk = SchemaWalk()  # the request's schemas, all of them within its limits
+        request["tools"] = [tool_definition(tool, index, walk) for index, tool in enumerate(tools)]
+        choice = tool_choice(payload.get("tool_choice"), parallel=payload.get("parallel_tool_calls"))
+        if choice:
+            request["tool_choice"] = choice
+    if payload.get("user"):
+        request["metadata"] = {"user_id": payload["user"]}
+    return request
+
+
+# What Anthropic's Messages API has no use for and an answer of the same shape does without: OpenAI's own
+# server features, and the sampling knobs Anthropic does not have.
+LEFT_OUT = (*SERVER_FEATURES, "logit_bias", "seed", "presence_penalty", "frequency_penalty")
+# The smallest thinking budget Anthropic takes.
+MIN_THINKING_BUDGET = 1024
+
+
+def can_think(payload: dict[str, Any], max_tokens: int) -> bool:
+    """Whether Anthropic takes extended thinking with the rest of the request: room for the smallest budget
+    below max_tokens, no sampling changed (thinking takes no temperature but 1 and no top_p below 0.95),
+    no tool forced, and not in the middle of a tool call's round trip, where Anthropic wants the earlier
+    turn's thinking block back, which an OpenAI-shaped conversation does not carry."""
+    if max_tokens <= MIN_THINKING_BUDGET:
+        return False
+    if payload.get("temperature") not in (None, 1) or (payload.get("top_p") or 1) < 0.95:
+        return False
+    if payload.get("tool_choice") not in (None, "auto", "none"):
+        return False
+    for message in reversed(payload["messages"]):
+        if message["role"] != "tool":
+            return not (message["role"] == "assistant" and (message.get("tool_calls") or message.get("function_call")))
+    return True
+
+
+def answer_schema(response_format: Any) -> dict[str, Any] | None:
+    """The JSON schema of a ``json_schema`` response format: what Anthropic's structured outputs
+    (``output_config.format``) take; None for any other format."""
+    if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
+        return None
+    spec = response_format.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    return schema if isinstance(schema, dict) else None
+
+
+def refuse_unsupported(payload: dict[str, Any]) -> None:
+    """What the Messages API has no way to do and the client would miss in the answer it parses (several
+    choices, log probabilities, a JSON answer, audio). Asking for nothing of it (n of 1, logprobs false, a
+    text response format) is honoured by doing nothing, so it is not refused."""
+    if (payload.get("n") or 1) > 1:
+        raise _unsupported("n", "Anthropic answers with one choice per request")
+    if payload.get("logprobs") or payload.get("top_logprobs"):
+        raise _unsupported("logprobs" if payload.get("logprobs") else "top_logprobs",
+                           "Anthropic does not return log probabilities")
+    refuse_audio_output(payload)
+    response_format = payload.get("response_format")
+    if response_format and response_format.get("type") != "text" and answer_schema(response_format) is None:
+        raise _unsupported("response_format", "Anthropic's Messages API has no JSON mode; give a json_schema "
+                                              "format, describe the JSON wanted in the prompt, or use a tool")
+    if payload.get("temperature") is not None and payload["temperature"] > 1:
+        raise _unsupported("temperature", "Anthropic takes a temperature from 0 to 1")
+
+
+REFUSALS["anthropic"] = refuse_unsupported
+
+
+def _unsupported(param: str, why: str) -> UnsupportedParameter:
+    return UnsupportedParameter(f"The parameter '{param}' is not supported for this model: {why}.", param=param)
+
+
+def tool_definition(tool: dict[str, Any], index: int, walk: SchemaWalk | None = None) -> dict[str, Any]:
+    if tool.get("type") != "function":
+        raise UnsupportedParameter(f"tools.{index}: tools of type {tool.get('type')!r} are not supported for this "
+                                   f"model; only function tools are.", param="tools")
+    function = tool["function"]
+    schema = function.get("parameters")
+    if schema is not None:
+        # Anthropic resolves the references itself: the schema is checked, and counted as if inlined.
+        (walk or SchemaWalk()).check(schema, f"tools.{index}.function.parameters")
+    # Anthropic requires an object schema; a function without parameters takes an empty object.
+    schema = {"type": "object", **(schema or {"properties": {}})}
+    found = {"name": function["name"], "input_schema": schema}
+    if isinstance(function.get("description"), str) and function["description"]:
+        found["description"] = function["description"]
+    return found
+
+
+def tool_choice(choice: Any, *, parallel: bool | None) -> dict[str, Any] | None:
+    """OpenAI's tool_choice (and parallel_tool_calls: false) as Anthropic's tool_choice."""
+    found: dict[str, Any] | None
+    if choice is None:
+        found = {"type": "auto"} if parallel is False else None
+    elif isinstance(choice, str):
+        found = {"type": {"auto": "auto", "none": "none", "required": "any"}[choice]}
+    else:
+        function = choice.get("function") if choice.get("type") == "function" else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise UnsupportedParameter("tool_choice must be 'auto', 'none', 'required' or "
+                                       "{\"type\": \"function\", \"function\": {\"name\": …}} for this model.",
+                                       param="tool_choice")
+        found = {"type": "tool", "name": function["name"]}
+    if found and parallel is False and found["type"] != "none":
+        found["disable_parallel_tool_use"] = True
+    return found
+
+
+def tool_id(value: Any) -> str:
+    """A client's tool call id as Anthropic takes one (letters, digits, _ and -)."""
+    return TOOL_ID_REFUSED.sub("_", value) if isinstance(value, str) and value else tool_call_id()
+
+
+# -- messages
+
+def conversation(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(system blocks, messages). System and developer messages become the system prompt, wherever they
+    stand (one in mid-conversation is folded into it: the form every release of Anthropic's API takes; a
+    Messages client's own system turns reach an anthropic deployment as they came, gateway.messages);
+    assistant tool calls become tool_use blocks and tool messages tool_result blocks, the results in a row
+    joined into one user turn; turns of one role in a row are merged (Anthropic's turns alternate)."""
+    system: list[dict[str, Any]] = []
+    turns: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        role, where = message["role"], f"messages.{index}"
+        if role in ("system", "developer"):
+            system.extend(_text_blocks(message.get("content"), where))
+        elif role == "tool":
+            if not isinstance(message.get("tool_call_id"), str) or not message["tool_call_id"]:
+                raise InvalidRequest(f"{where}.tool_call_id is required.", param=f"{where}.tool_call_id")
+            result = {"type": "tool_result", "tool_use_id": tool_id(message["tool_call_id"])}
+            text = content_text(message.get("content"))
+            if text:
+                result["content"] = text
+            _add(turns, "user", [result])
+        elif role == "assistant":
+            blocks = _text_blocks(message.get("content"), where)
+            calls = list(message.get("tool_calls") or ())
+            if message.get("function_call"):  # the older single-call form
+                calls.append({"function": message["function_call"]})
+            for position, call in enumerate(calls):
+                name, args = function_call(call, f"{where}.tool_calls.{position}")
+                blocks.append({"type": "tool_use", "id": tool_id(call.get("id")), "name": name, "input": args})
+            _add(turns, "assistant", blocks)
+        else:
+            _add(turns, "user", _user_blocks(message.get("content"), where))
+    if not turns:
+        raise InvalidRequest("messages needs at least one user or assistant message besides the system prompt.",
+                             param="messages")
+    return system, turns
+
+
+def _add(turns: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
+    if not blocks:
+        return  # an empty turn (an assistant message with empty content): Anthropic refuses one
+    if turns and turns[-1]["role"] == role:
+        previous = turns[-1]["content"]
+        if blocks[0]["type"] == "tool_result":
+            # Tool results lead their user turn, as Anthropic requires: after the results already there.
+            at = sum(1 for block in previous if block["type"] == "tool_result")
+            previous[at:at] = blocks
+        else:
+            previous.extend(blocks)
+    else:
+        turns.append({"role": role, "content": blocks})
+
+
+def _text_blocks(content: Any, where: str) -> list[dict[str, Any]]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    blocks = []
+    for index, part in enumerate(content):
+        kind = part.get("type")
+        if kind not in ("text", "refusal"):
+            raise _part_unsupported(part, f"{where}.content.{index}")
+        text = part.get("text") if kind == "text" else part.get("refusal")
+        if isinstance(text, str) and text:
+            blocks.append({"type": "text", "text": text})
+    return blocks
+
+
+def _user_blocks(content: Any, where: str) -> list[dict[str, Any]]:
+    if not isinstance(content, list):
+        return _text_blocks(content, where)
+    blocks = []
+    for index, part in enumerate(content):
+        at = f"{where}.content.{index}"
+        kind = part.get("type")
+        if kind == "text":
+            if part["text"]:
+                blocks.append({"type": "text", "text": part["text"]})
+        elif kind == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            if not isinstance(url, str):
+                raise InvalidRequest(f"{at}.image_url needs a url.", param=f"{at}.image_url")
+            blocks.append({"type": "image", "source": _source(url, f"{at}.image_url.url")})
+        elif kind == "file" and isinstance(part.get("file"), dict) and isinstance(part["file"].get("file_data"), str):
+            media_type, data = data_url(part["file"]["file_data"], f"{at}.file.file_data")
+            if media_type != "application/pdf":
+                raise UnsupportedParameter(f"{at}: files of type {media_type} are not supported for this model; "
+                                           f"PDF files are.", param="messages")
+            blocks.append({"type": "document", "source": {"type": "base64", "media_type": media_type, "data": data}})
+        else:
+            raise _part_unsupported(part, at)
+    return blocks
+
+
+def _source(url: str, where: str) -> dict[str, Any]:
+    """An image as Anthropic's source: a data URL's bytes inline, an https URL for Anthropic to fetch."""
+    if url.startswith("https://"):
+        return {"type": "url", "url": url}
+    if url.startswith("http://"):
+        raise InvalidRequest(f"{where}: this model takes images by https URL or as a base64 data URL.", param=where)
+    media_type, data = data_url(url, where)
+    return {"type": "base64", "media_type": media_type, "data": data}
+
+
+def _part_unsupported(part: dict[str, Any], where: str) -> UnsupportedParameter:
+    what = "file parts by file_id" if part.get("type") == "file" else f"content parts of type {part.get('type')!r}"
+    return UnsupportedParameter(f"{where}: {what} are not supported for this model.", param="messages")

@@ -1,0 +1,237 @@
+"""Gemini's answers as OpenAI-shaped ones: a GenerateContentResponse as a chat completion, its stream as
+chunks, its finish reasons beside their reverse (gateway.gemini_api answers with these), its usage, a
+blocked prompt, log probabilities, and batchEmbedContents' answer as a list of embeddings."""
+import base64
+import math
+import struct
+import time
+import uuid
+from typing import Any
+
+from gateway.conversation import StopReason
+from gateway.upstream.gemini_messages import read_parts
+from gateway.upstream.shapes import Malformed, tokens_reported
+from utils_app.errors import UpstreamRejected
+
+# Gemini's finish reasons as the neutral stop reasons, and the neutral ones as Gemini's (gateway.gemini_api
+# answers with these). Gemini has no reason for a tool call: a turn that calls a function ends with STOP, and
+# reads back as tool_calls because it calls one. Any reason not named here reads as stop.
+FINISH_REASONS = {"STOP": StopReason.STOP, "MAX_TOKENS": StopReason.LENGTH}
+# Gemini's reasons for withholding output: the neutral content_filter (which goes out as SAFETY).
+FILTERED = {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "LANGUAGE",
+            "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION"}
+GOOGLE_REASONS = {StopReason.STOP: "STOP", StopReason.LENGTH: "MAX_TOKENS", StopReason.CONTENT_FILTER: "SAFETY",
+                  StopReason.TOOL_CALLS: "STOP", StopReason.FUNCTION_CALL: "STOP"}
+
+
+def finish_reason(reason: Any, called: bool) -> str | None:
+    """Gemini's finish reason as a chat answer's (``google_finish_reason`` is its reverse)."""
+    if called:
+        return StopReason.TOOL_CALLS.value  # an answer that calls a function, whatever Gemini's reason
+    if not reason:
+        return None
+    return (StopReason.CONTENT_FILTER if reason in FILTERED else FINISH_REASONS.get(reason, StopReason.STOP)).value
+
+
+def google_finish_reason(finish: Any) -> str:
+    """A chat answer's finish reason as Gemini's (``finish_reason`` is its reverse)."""
+    return GOOGLE_REASONS.get(finish, "STOP")
+
+
+def usage(meta: Any) -> dict[str, Any] | None:
+    """Gemini's usageMetadata as OpenAI's usage. prompt_tokens counts every input token: the prompt (cached
+    part included) and what built-in tools fed back; completion_tokens counts the thinking tokens too, as
+    OpenAI counts reasoning tokens and as Google bills them (at the output price)."""
+    if not isinstance(meta, dict):
+        return None
+    # Google leaves out a count of 0. One sent but unusable (negative, fractional) leaves its total out, and
+    # the gateway's estimate is metered instead (docs/hardening.md); the metering clamps what is left.
+    prompt, tools, thoughts, candidates, cached = (tokens_reported(meta, name) for name in (
+        "promptTokenCount", "toolUsePromptTokenCount", "thoughtsTokenCount", "candidatesTokenCount",
+        "cachedContentTokenCount"))
+    counted: dict[str, Any] = {}
+    if prompt is not None and tools is not None:
+        counted["prompt_tokens"] = prompt + tools
+    if candidates is not None and thoughts is not None:
+        counted["completion_tokens"] = candidates + thoughts
+    if len(counted) == 2:
+        counted["total_tokens"] = counted["prompt_tokens"] + counted["completion_tokens"]
+    if cached is not None:
+        counted["prompt_tokens_details"] = {"cached_tokens": cached}
+    if thoughts is not None:
+        counted["completion_tokens_details"] = {"reasoning_tokens": thoughts}
+    return counted
+
+
+def blocked(body: dict[str, Any]) -> UpstreamRejected | None:
+    """A prompt Gemini refused to answer (promptFeedback.blockReason, no candidates): the request's fault,
+    answered as Azure OpenAI answers a filtered prompt (400 content_filter), not retried elsewhere."""
+    feedback = body.get("promptFeedback")
+    reason = feedback.get("blockReason") if isinstance(feedback, dict) else None
+    if not reason or body.get("candidates"):
+        return None
+    return UpstreamRejected(f"The prompt was blocked by the upstream's content filter ({reason}).", status=400,
+                            code="content_filter", param="messages")
+
+
+def _candidates(body: dict[str, Any], malformed: Malformed) -> list[dict[str, Any]]:
+    candidates = body.get("candidates") or []
+    if not isinstance(candidates, list) or not all(isinstance(candidate, dict) for candidate in candidates):
+        raise malformed("response")
+    return candidates
+
+
+def logprobs(candidate: dict[str, Any]) -> dict[str, Any] | None:
+    """Gemini's logprobsResult as OpenAI's choice logprobs (content tokens with their top alternatives)."""
+    result = candidate.get("logprobsResult")
+    if not isinstance(result, dict):
+        return None
+    chosen = result.get("chosenCandidates")
+    if not isinstance(chosen, list):
+        chosen = []
+    tops = result.get("topCandidates")
+    if not isinstance(tops, list):
+        tops = []
+
+    def token(entry: dict[str, Any]) -> dict[str, Any]:
+        text = entry.get("token")
+        if not isinstance(text, str):
+            text = ""
+        value = entry.get("logProbability")
+        return {"token": text, "logprob": float(value) if isinstance(value, (int, float)) else 0.0,
+                "bytes": list(text.encode())}
+
+    content = []
+    for index, entry in enumerate(item for item in chosen if isinstance(item, dict)):
+        top = tops[index].get("candidates") if index < len(tops) and isinstance(tops[index], dict) else None
+        content.append({**token(entry), "top_logprobs": [token(alternative) for alternative in top or ()
+                                                         if isinstance(alternative, dict)]})
+    return {"content": content, "refusal": None}
+
+
+def completion(body: dict[str, Any], *, model: str, malformed: Malformed) -> dict[str, Any]:
+    rejected = blocked(body)
+    if rejected:
+        raise rejected
+    candidates = _candidates(body, malformed)
+    if not candidates:
+        raise malformed("response (no candidates)")
+    choices = []
+    for position, candidate in enumerate(candidates):
+        texts, calls = read_parts(candidate, malformed)
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
+        if calls:
+            message["tool_calls"] = calls
+        index = candidate.get("index")
+        choices.append({"index": index if type(index) is int else position, "message": message,
+                        "logprobs": logprobs(candidate),
+                        "finish_reason": finish_reason(candidate.get("finishReason") or "STOP", bool(calls))})
+    answer = {"id": completion_id(body), "object": "chat.completion", "created": int(time.time()), "model": model,
+              "choices": choices}
+    counted = usage(body.get("usageMetadata"))
+    if counted:
+        answer["usage"] = counted
+    return answer
+
+
+def completion_id(body: dict[str, Any]) -> str:
+    response_id = body.get("responseId")
+    return f"chatcmpl-{response_id}" if isinstance(response_id, str) and response_id else \
+        f"chatcmpl-{uuid.uuid4().hex[:24]}"
+
+
+class StreamTranslation:
+    """Gemini's stream events, each a GenerateContentResponse with the next piece of each candidate, as
+    chat.completion.chunk objects: one chunk per event, as it arrives. A function call arrives whole in
+    one event and becomes one tool call delta, its arguments complete."""
+
+    def __init__(self, *, model: str, candidates: int):
+        self.model = model
+        self.expected = candidates
+        self.id = ""
+        self.created = int(time.time())
+        self.usage: dict[str, Any] | None = None
+        self.opened: set[int] = set()  # choices whose first chunk (with the role) was sent
+        self.calls: dict[int, int] = {}  # choice -> tool calls sent so far (the next call's index)
+        self.finished: set[int] = set()
+
+    @property
+    def finished_any(self) -> bool:
+        return bool(self.finished)
+
+    @property
+    def done(self) -> bool:
+        return len(self.finished) >= self.expected
+
+    def translate(self, event: dict[str, Any], *, malformed: Malformed) -> dict[str, Any] | None:
+        rejected = blocked(event)
+        if rejected:
+            raise rejected
+        self.id = self.id or completion_id(event)
+        counted = usage(event.get("usageMetadata"))
+        if counted:
+            self.usage = counted
+        choices = []
+        for position, candidate in enumerate(_candidates(event, malformed)):
+            index = candidate.get("index")
+            if type(index) is not int:
+                index = position
+            texts, calls = read_parts(candidate, malformed)
+            delta: dict[str, Any] = {}
+            if index not in self.opened:
+                delta["role"] = "assistant"
+            if texts and "".join(texts):
+                delta["content"] = "".join(texts)
+            if calls:
+                first = self.calls.get(index, 0)
+                delta["tool_calls"] = [{"index": first + offset, **call} for offset, call in enumerate(calls)]
+                self.calls[index] = first + len(calls)
+            reason = candidate.get("finishReason")
+            finish = finish_reason(reason, index in self.calls) if reason else None
+            if not delta.keys() - {"role"} and finish is None:
+                continue  # nothing to say yet (an empty text or a thought summary)
+            self.opened.add(index)
+            if finish:
+                self.finished.add(index)
+            choices.append({"index": index, "delta": delta, "logprobs": logprobs(candidate),
+                            "finish_reason": finish})
+        if not choices:
+            return None
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": choices}
+
+    def usage_chunk(self) -> dict[str, Any]:
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": [], "usage": self.usage}
+
+
+# ---------------------------------------------------------------- embeddings
+
+def embedding_list(body: dict[str, Any], *, model: str, normalise: bool, base64_encoded: bool,
+                   malformed: Malformed) -> dict[str, Any]:
+    """batchEmbedContents' answer as OpenAI's list of embeddings.
+
+    With ``dimensions`` Gemini cuts its vector short without scaling it back to length 1,
+    which OpenAI's embeddings always have (clients compare them with a dot product): such
+    vectors are normalised here. base64 is OpenAI's: little-endian float32.
+    """
+    embeddings = body.get("embeddings")
+    if not isinstance(embeddings, list):
+        raise malformed("list of embeddings")
+    data = []
+    for index, item in enumerate(embeddings):
+        values = item.get("values") if isinstance(item, dict) else None
+        if not isinstance(values, list) or not all(type(v) in (int, float) for v in values):
+            raise malformed("list of embeddings")
+        if normalise:
+            length = math.sqrt(sum(value * value for value in values))
+            values = [value / length for value in values] if length else values
+        vector = base64.b64encode(struct.pack(f"<{len(values)}f", *values)).decode("ascii") if base64_encoded \
+            else [float(value) for value in values]
+        data.append({"object": "embedding", "index": index, "embedding": vector})
+    answer: dict[str, Any] = {"object": "list", "data": data, "model": model}
+    meta = body.get("usageMetadata")
+    tokens = meta.get("promptTokenCount") if isinstance(meta, dict) else None
+    if type(tokens) is int and tokens >= 0:
+        answer["usage"] = {"prompt_tokens": tokens, "total_tokens": tokens}
+    return answer

@@ -1,0 +1,239 @@
+"""An OpenAI-shaped chat request as Gemini's GenerateContentRequest (gateway.upstream.gemini sends it): the
+generation settings, the response format, the tools and tool choice, and JSON Schemas as Gemini's Schema
+objects. What Gemini cannot do is refused or named as left out (gateway.upstream.honour); the messages
+are gemini_messages'."""
+import json
+from collections.abc import Callable
+from typing import Any
+
+from gateway.json_schemas import MAX_DEPTH, Schema, SchemaWalk
+from gateway.upstream.gemini_messages import conversation
+from gateway.upstream.honour import REFUSALS, SERVER_FEATURES, name_left_out, refuse_audio_output, thinking_budget
+from utils_app.errors import InvalidRequest, UnsupportedParameter
+
+# JSON Schema types and the formats Gemini's schema (an OpenAPI 3.0 subset) takes for each.
+SCHEMA_TYPES = {"string": "STRING", "number": "NUMBER", "integer": "INTEGER", "boolean": "BOOLEAN",
+                "array": "ARRAY", "object": "OBJECT"}
+SCHEMA_FORMATS = {"STRING": {"enum", "date-time"}, "INTEGER": {"int32", "int64"}, "NUMBER": {"float", "double"}}
+SCHEMA_KEPT = ("description", "minimum", "maximum", "minItems", "maxItems", "minLength", "maxLength", "pattern",
+               "minProperties", "maxProperties")
+
+
+def generate_request(payload: dict[str, Any], fetch_image: Callable[[str, str], dict[str, Any]],
+                     ignored: list[str] | None = None) -> dict[str, Any]:
+    """A GenerateContentRequest for an OpenAI-shaped chat request. A parameter whose absence would change the
+    answer's shape raises; one Gemini has no use for is left out and named in ``ignored`` (honour)."""
+    refuse_unsupported(payload)
+    name_left_out(payload, ignored, LEFT_OUT)
+    if payload.get("parallel_tool_calls") is False and ignored is not None:
+        ignored.append("parallel_tool_calls")  # Gemini cannot be kept from calling several functions at once
+    walk = SchemaWalk()  # the request's schemas, all of them within its limits
+    tools = payload.get("tools")
+    declarations = [declaration(tool, index, walk) for index, tool in enumerate(tools)] if tools else []
+    config = generation_config(payload, walk)
+    # The schemas first: a request they refuse is refused before any of its images is fetched.
+    system, contents = conversation(payload["messages"], fetch_image)
+    request: dict[str, Any] = {"contents": contents}
+    if system:
+        request["systemInstruction"] = {"parts": system}
+    if declarations:
+        request["tools"] = [{"functionDeclarations": declarations}]
+    if payload.get("tool_choice") is not None:
+        request["toolConfig"] = {"functionCallingConfig": calling_config(payload["tool_choice"])}
+    if config:
+        request["generationConfig"] = config
+    return request
+
+
+# What Gemini has no use for and an answer of the same shape does without: OpenAI's own server features,
+# and token biases (Gemini has none). An empty logit_bias asks for nothing, so is not named.
+LEFT_OUT = (*SERVER_FEATURES, "logit_bias")
+
+
+def refuse_unsupported(payload: dict[str, Any]) -> None:
+    """What Gemini has no way to do and the client would miss in the answer it parses (audio output)."""
+    refuse_audio_output(payload)
+    if payload.get("top_logprobs") and not payload.get("logprobs"):
+        raise InvalidRequest("top_logprobs needs logprobs: true.", param="top_logprobs")
+
+
+REFUSALS["gemini"] = refuse_unsupported
+
+
+def _unsupported(param: str, why: str) -> UnsupportedParameter:
+    return UnsupportedParameter(f"The parameter '{param}' is not supported for this model: {why}.", param=param)
+
+
+def generation_config(payload: dict[str, Any], walk: SchemaWalk | None = None) -> dict[str, Any]:
+    config = {}
+    for ours, theirs in (("temperature", "temperature"), ("top_p", "topP"), ("seed", "seed"),
+                         ("presence_penalty", "presencePenalty"), ("frequency_penalty", "frequencyPenalty")):
+        if payload.get(ours) is not None:
+            config[theirs] = payload[ours]
+    limit = payload.get("max_completion_tokens") or payload.get("max_tokens")
+    if limit:
+        config["maxOutputTokens"] = limit
+    stop = payload.get("stop")
+    if stop:
+        config["stopSequences"] = [stop] if isinstance(stop, str) else list(stop)
+    if (payload.get("n") or 1) > 1:
+        config["candidateCount"] = payload["n"]
+    if payload.get("logprobs"):
+        config["responseLogprobs"] = True
+        if payload.get("top_logprobs"):
+            config["logprobs"] = payload["top_logprobs"]
+    response_format = payload.get("response_format")
+    if response_format:
+        config.update(response_config(response_format, walk))
+    effort = payload.get("reasoning_effort")
+    if effort is not None:
+        # Gemini counts thinking in tokens (thinkingBudget, which Gemini 3 models also take); "none" is 0.
+        config["thinkingConfig"] = {"thinkingBudget": thinking_budget(effort) or 0}
+    return config
+
+
+def response_config(response_format: dict[str, Any], walk: SchemaWalk | None = None) -> dict[str, Any]:
+    kind = response_format.get("type")
+    if kind == "text":
+        return {}
+    if kind == "json_object":
+        return {"responseMimeType": "application/json"}
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if schema is not None and not isinstance(schema, dict):
+            raise InvalidRequest("response_format.json_schema.schema must be a JSON schema object.",
+                                 param="response_format")
+        converted = gemini_schema(schema, walk, "response_format.json_schema.schema") if schema else {}
+        if converted.get("type") == "OBJECT" and not converted.get("properties"):
+            converted = {}  # Gemini refuses an object schema without properties; JSON is still asked for
+        return {"responseMimeType": "application/json", **({"responseSchema": converted} if converted else {})}
+    raise _unsupported("response_format", f"Gemini has no response format {kind!r}")
+
+
+# -- tools
+
+def declaration(tool: dict[str, Any], index: int, walk: SchemaWalk | None = None) -> dict[str, Any]:
+    if tool.get("type") != "function":
+        raise UnsupportedParameter(f"tools.{index}: tools of type {tool.get('type')!r} are not supported for this "
+                                   f"model; only function tools are.", param="tools")
+    function = tool["function"]
+    found = {"name": function["name"]}
+    if isinstance(function.get("description"), str) and function["description"]:
+        found["description"] = function["description"]
+    parameters = function.get("parameters")
+    if parameters is not None and not isinstance(parameters, dict):
+        raise InvalidRequest(f"tools.{index}.function.parameters must be a JSON schema object.",
+                             param=f"tools.{index}.function.parameters")
+    schema = gemini_schema(parameters, walk, f"tools.{index}.function.parameters") if parameters else {}
+    # A function without parameters has none at all for Gemini: it refuses an object without properties.
+    if schema.get("properties"):
+        found["parameters"] = schema
+    return found
+
+
+def calling_config(choice: Any) -> dict[str, Any]:
+    """OpenAI's tool_choice as Gemini's functionCallingConfig: auto, none, required, or one named function."""
+    if isinstance(choice, str):
+        return {"mode": {"auto": "AUTO", "none": "NONE", "required": "ANY"}[choice]}
+    function = choice.get("function") if choice.get("type") == "function" else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise UnsupportedParameter("tool_choice must be 'auto', 'none', 'required' or "
+                                   "{\"type\": \"function\", \"function\": {\"name\": …}} for this model.",
+                                   param="tool_choice")
+    return {"mode": "ANY", "allowedFunctionNames": [function["name"]]}
+
+
+# -- JSON Schemas
+
+def gemini_schema(schema: dict[str, Any], walk: SchemaWalk | None = None, where: str = "schema") -> dict[str, Any]:
+    """A JSON Schema as Gemini's Schema object, an OpenAPI 3.0 subset: upper-case types, ``nullable``
+    instead of a "null" type, ``$ref`` inlined, ``anyOf`` for ``oneOf`` and several types, and what
+    Gemini refuses (additionalProperties, $schema, const on a non-string…) left out.
+
+    ``walk`` is the request's (gateway.json_schemas): a malformed schema is a 400 naming the member
+    (``where`` is the schema's place in the request), and every object made here counts against the
+    request's limits, so however the references fan out the inlining stops at them with a 400."""
+    walk = walk or SchemaWalk()
+    return _gemini_schema(schema, walk.schema(schema, where), 0)
+
+
+def _gemini_schema(schema: Any, document: Schema, depth: int) -> dict[str, Any]:
+    document.produced(schema)
+    if not isinstance(schema, dict):
+        return {}
+    if depth > MAX_DEPTH:  # a recursive schema is cut off rather than inlined for ever
+        return {"type": "OBJECT"}
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        target = document.resolve(ref)
+        rest = {key: value for key, value in schema.items() if key != "$ref"}
+        return _gemini_schema({**(target if isinstance(target, dict) else {}), **rest}, document, depth + 1)
+    if isinstance(schema.get("allOf"), list):
+        # Gemini has no allOf: the parts are merged into one schema (their properties and requirements joined).
+        out: dict[str, Any] = _gemini_schema({key: value for key, value in schema.items() if key != "allOf"},
+                                             document, depth + 1)
+        for part in schema["allOf"]:
+            part = _gemini_schema(part, document, depth + 1)
+            properties = {**part.pop("properties", {}), **out.pop("properties", {})}
+            required = list(dict.fromkeys([*part.pop("required", []), *out.pop("required", [])]))
+            part.pop("propertyOrdering", None)
+            out.pop("propertyOrdering", None)
+            out = {**part, **out}
+            if properties:
+                out.update(properties=properties, type="OBJECT")
+                if len(properties) > 1:
+                    out["propertyOrdering"] = list(properties)
+            if required:
+                out["required"] = required
+        return out
+
+    out = {}
+    choices = schema.get("anyOf") if isinstance(schema.get("anyOf"), list) else schema.get("oneOf")
+    kinds = schema.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds] if isinstance(kinds, str) else []
+    if "null" in kinds or isinstance(choices, list) and {"type": "null"} in choices:
+        out["nullable"] = True
+    kinds = [kind for kind in kinds if kind != "null"]
+    if isinstance(choices, list):
+        options = [_gemini_schema(option, document, depth + 1) for option in choices if option != {"type": "null"}]
+        if len(options) == 1:
+            out.update(options[0])
+        elif options:
+            out["anyOf"] = options
+    if len(kinds) > 1:
+        out["anyOf"] = [_gemini_schema({**schema, "type": kind}, document, depth + 1) for kind in kinds]
+        return out
+    if kinds:
+        out["type"] = SCHEMA_TYPES.get(kinds[0], "STRING")
+    for key in SCHEMA_KEPT:
+        if key in schema:
+            out[key] = schema[key]
+    values = [schema["const"]] if "const" in schema else schema.get("enum")
+    if isinstance(values, list) and values:
+        if all(isinstance(value, str) for value in values):
+            out["enum"] = values
+            out.setdefault("type", "STRING")
+        else:
+            # Gemini's enums are strings only: the allowed values are kept as words the model reads.
+            allowed = ", ".join(json.dumps(value) for value in values)
+            out["description"] = f"{out.get('description', '')} One of: {allowed}.".strip()
+    if schema.get("format") in SCHEMA_FORMATS.get(out.get("type", ""), ()):
+        out["format"] = schema["format"]
+    if isinstance(schema.get("properties"), dict):
+        properties = {name: _gemini_schema(value, document, depth + 1) for name, value in schema["properties"].items()}
+        if properties:
+            out["properties"] = properties
+            out.setdefault("type", "OBJECT")
+            required = [name for name in schema.get("required") or () if name in properties]
+            if required:
+                out["required"] = required
+            if len(properties) > 1:
+                out["propertyOrdering"] = list(properties)
+    items = schema.get("items")
+    if isinstance(items, list):
+        items = items[0] if items else None  # tuple validation: Gemini has one item schema
+    if isinstance(items, dict):
+        out["items"] = _gemini_schema(items, document, depth + 1)
+        out.setdefault("type", "ARRAY")
+    return out

@@ -26,7 +26,7 @@ from gateway.local_models import count_tokens
 from gateway.services import ChatDialect, OpenAIEvents, ReplyTokens
 from gateway.upstream import honour
 from gateway.upstream.shapes import EVENT_NAME, PASSED_THROUGH, content_text, prompt_text, tool_call_id
-from models_catalog.models import AiModel
+from models_catalog.served import ServedModel
 from utils_app.errors import (
     GatewayError,
     InvalidRequest,
@@ -513,7 +513,7 @@ def _tool_input(arguments) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def refuse_before_charge(model: AiModel, params: dict, translation: Translation) -> None:
+def refuse_before_charge(model: ServedModel, params: dict, translation: Translation) -> None:
     """Refuse, before any credit is taken, a request no deployment of the model's pool can serve: an anthropic
     deployment takes the request as it came; the others take the translation (gateway.upstream.honour)."""
     if translation.refusal is not None and not any(d.provider.type == "anthropic" for d in model.pool):

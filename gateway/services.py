@@ -38,7 +38,7 @@ from keys import auth_cache
 from keys.models import ApiKey
 from keys.pricing import TokenPrices
 from models_catalog import catalog
-from models_catalog.models import AiModel, Deployment
+from models_catalog.served import ServedDeployment, ServedModel
 from utils_app import clock, metrics
 from utils_app import logging as request_log
 from utils_app.errors import (
@@ -77,7 +77,7 @@ class Outcome:
 class Meter:
     """One admitted request: its pending charge, its attempts over the model's pool, and the settlement."""
 
-    def __init__(self, *, key: ApiKey, model: AiModel, operation: str, entry: int, limit_headers: dict,
+    def __init__(self, *, key: ApiKey, model: ServedModel, operation: str, entry: int, limit_headers: dict,
                  attempts: routing.Attempts, claim: Idempotency | None, amount: int,
                  prices: TokenPrices | None = None, model_name: str | None = None):
         self.key = key
@@ -102,7 +102,7 @@ class Meter:
         self.started = time.monotonic()
         # The whole request's budget: the longest timeout of the pool's providers, however many attempts.
         self.deadline = Deadline(max((d.provider.timeout for d in model.pool), default=60.0))
-        self.deployment: Deployment | None = None  # the one that answered, or was tried last
+        self.deployment: ServedDeployment | None = None  # the one that answered, or was tried last
         self.sent = False  # whether an upstream was asked: only those requests are recorded as usage
         self.settled = False
         # What the deployment that answered could not honour and left out (CONTRACT section 8), for the
@@ -187,7 +187,7 @@ class Meter:
             return result
         raise failure if failure is not None else self.attempts.none_left()
 
-    def _note_attempt(self, deployment: Deployment, error: Exception) -> None:
+    def _note_attempt(self, deployment: ServedDeployment, error: Exception) -> None:
         if self.line is not None:
             # An upstream's code is its text: one word here, as the summary line separates its fields by spaces.
             code = _NOT_IN_A_CODE.sub("_", str(getattr(error, "code", None) or "error"))
@@ -335,7 +335,7 @@ def previous_answer(*, request, key: ApiKey) -> Outcome | None:
     return Outcome(headers=headers, content=body, content_type=content_type, status=status)
 
 
-def resolve_model(*, key: ApiKey, operation: str, model_id: str) -> AiModel:
+def resolve_model(*, key: ApiKey, operation: str, model_id: str) -> ServedModel:
     """The model a request names, if it exists, is of the operation's type and the key's tier may use it."""
     model = catalog.get_model(model_id)
     if model is None:
@@ -353,7 +353,7 @@ def resolve_model(*, key: ApiKey, operation: str, model_id: str) -> AiModel:
     return model
 
 
-def token_prices(model: AiModel, *, units: int = 1) -> TokenPrices | None:
+def token_prices(model: ServedModel, *, units: int = 1) -> TokenPrices | None:
     """A chat or embedding model's token prices with its request fee (``cost`` per choice), or None for a
     model priced by its cost alone (images and speech always are; embeddings price input only)."""
     if model.type not in ("chat", "embedding") or (model.pricing_input is None and model.pricing_output is None):
@@ -377,7 +377,7 @@ class Hold:
     output_cap: int | None = None
 
 
-def held_amount(model: AiModel, prices: TokenPrices, hold: Hold | None, *, units: int = 1) -> int:
+def held_amount(model: ServedModel, prices: TokenPrices, hold: Hold | None, *, units: int = 1) -> int:
     """The most a token-priced request can cost (CONTRACT section 12): its fee, its counted input and its
     output cap for each choice: the cap it named, else the model's max_output_tokens. A cap above the
     model's is held as named: an upstream whose real limit is higher than the catalog says may use it."""
@@ -403,7 +403,9 @@ def admit(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1
     # Looked up once for the charge and the release. Without an Idempotency-Key the charge is one statement
     # alone, for which a context without a wrapper of its own need not build one (utils_app.db).
     db = statements_wrapper() if claim is None else connections[DEFAULT_DB_ALIAS]
-    entry = metering.charge(key=key, model=model, operation=operation, amount=amount,
+    # metering's signature still names the row's class; it reads the model's pk and model_id, which the
+    # snapshot's value carries under the same names.
+    entry = metering.charge(key=key, model=model, operation=operation, amount=amount,  # type: ignore[arg-type]
                             request_id=request_id(request), idempotency=claim, db=db, prices=prices)
     release_connection(db)  # the upstream call needs no database
     # The key's windows and the pool's health as the request's limits round trip read them (gateway.views).

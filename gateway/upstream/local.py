@@ -22,7 +22,7 @@ from gateway.upstream import register
 from gateway.upstream.honour import REFUSALS, name_left_out, refuse_audio_output
 from gateway.upstream.shapes import Audio, ChunkStream, Image, prompt_text
 from gateway.upstream.transport import Deadline
-from models_catalog.models import Deployment
+from models_catalog.served import AnyDeployment
 from utils_app.errors import InvalidRequest
 
 
@@ -138,7 +138,7 @@ REFUSALS["local"] = refuse_audio_output
 
 @register("local")
 class LocalAdapter:
-    def __init__(self, deployment: Deployment, deadline: Deadline):
+    def __init__(self, deployment: AnyDeployment, deadline: Deadline):
         self.deployment = deployment
         self.upstream_model = deployment.upstream_name
         self.ignored: list[str] = []  # as HttpAdapter's: what this attempt left out of the request

@@ -25,8 +25,8 @@ from typing import Any
 
 
 from gateway import services
-from gateway.local_models import count_tokens
 from gateway.services import ChatDialect, OpenAIEvents, Outcome
+from gateway.tokens import count_tokens
 from gateway.upstream import gemini as gemini_upstream
 from gateway.upstream.shapes import PASSED_THROUGH, content_text
 from keys.models import ApiKey

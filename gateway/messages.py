@@ -22,8 +22,8 @@ from typing import Any
 from django.conf import settings
 
 from gateway.json_schemas import SchemaWalk
-from gateway.local_models import count_tokens
 from gateway.services import ChatDialect, OpenAIEvents, ReplyTokens
+from gateway.tokens import count_tokens
 from gateway.upstream import honour
 from gateway.upstream.shapes import EVENT_NAME, PASSED_THROUGH, content_text, prompt_text, tool_call_id
 from models_catalog.served import ServedModel

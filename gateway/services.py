@@ -29,9 +29,9 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, 
 from django.conf import settings
 
 from gateway import idempotency, media, metering, routing, serializers, sweeper, upstream
-from gateway.local_models import count_tokens
 from gateway.metering import Idempotency
 from gateway.notes import notes_of
+from gateway.tokens import count_tokens
 from gateway.upstream.shapes import ChunkStream, content_text, prompt_text
 from gateway.upstream.transport import Deadline
 from keys import auth_cache
@@ -605,7 +605,7 @@ DONE = b"data: [DONE]\n\n"
 
 
 class ReplyTokens:
-    """The token count (local_models.count_tokens) of a streamed reply's text, counted as it arrives.
+    """The token count (gateway.tokens.count_tokens) of a streamed reply's text, counted as it arrives.
 
     Text is counted in pieces of about FLUSH_CHARS, each cut just after a character that is no
     part of a word (a space or a punctuation mark, which no token crosses), so the sum is the count

@@ -14,7 +14,7 @@ import pytest
 
 from gateway import routing
 from gateway.json_schemas import SchemaWalk
-from gateway.local_models import count_tokens
+from gateway.tokens import count_tokens
 from gateway.services import ChatRelay, ReplyTokens
 from gateway.upstream import transport
 from gateway.upstream.anthropic import tool_definition

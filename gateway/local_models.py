@@ -12,9 +12,10 @@ request arrived intact.
 - speech: a real 16-bit mono WAV (or the same samples as raw PCM), one tone per character;
 - embedding: signed feature hashing of words, word pairs and character trigrams, L2-normalised.
 
-Some of this is seconds of CPU (a 4096x4096 picture, 4096 characters of slow speech, a long
-text's tokens). Under a gevent worker that work would stall every other request of the
-process, so there it runs in a small pool of native threads (see "Off the event loop").
+Some of this is seconds of CPU (a 4096x4096 picture, 4096 characters of slow speech). Under a
+gevent worker that work would stall every other request of the process, so there it runs in a
+small pool of native threads (utils_app.event_loop). The token estimate the local chat model
+reports is the gateway's own (gateway.tokens).
 """
 from __future__ import annotations
 
@@ -29,80 +30,15 @@ import sys
 import urllib.parse
 import wave
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeGuard, TypeVar
+from typing import Any, TypeGuard
 
-from gevent import monkey
+from gateway.tokens import count_tokens_in_place
+from utils_app import event_loop
 
-T = TypeVar("T")
-
-# ---------------------------------------------------------------- off the event loop
-
-# Under a gevent worker all the requests of a process share one thread, and its greenlets take
-# turns only when one of them waits. So the work below runs there in a pool of native threads:
-# the request's greenlet waits for the result as for any I/O, and the others run meanwhile.
-# zlib and hashlib let go of the GIL while they work; the pure-Python parts hold it, but the
-# interpreter hands it over every few milliseconds (sys.getswitchinterval), so the event loop
-# still gets its turns. Two threads: the work is bounded by the cores, not by the threads.
-_POOL_THREADS = 2
-# A hand-off to a thread costs some 20 µs, so small pieces of work are done in place. Each piece
-# comes with a rough estimate of its cost in microseconds (measured on one core); once the pieces
-# done in place since the last hand-off add up to this, the next one is handed off too, which
-# gives the other greenlets their turn: 2048 small embedding inputs cannot stall them either.
-_IN_PLACE_MICROSECONDS = 5_000
-
-
-class _OffTheEventLoop:
-    def __init__(self):
-        self._pool = None
-        self._in_place = 0  # estimated microseconds done in place since the last hand-off
-
-    def run(self, work: Callable[..., T], cost: int, *args, **kwargs) -> T:
-        if not monkey.is_module_patched("threading"):  # a thread worker, a command, a test: in place
-            return work(*args, **kwargs)
-        self._in_place += cost
-        if self._in_place < _IN_PLACE_MICROSECONDS:
-            return work(*args, **kwargs)
-        self._in_place = 0
-        if self._pool is None:
-            from gevent.threadpool import ThreadPool
-
-            self._pool = ThreadPool(_POOL_THREADS)
-        return self._pool.apply(work, args, kwargs)
-
-
-_off_the_event_loop = _OffTheEventLoop()
-
-# ---------------------------------------------------------------- tokens
-
-# A word (letters, digits, underscore) or one punctuation mark.
+# A word (letters, digits, underscore) or one punctuation mark: the embeddings' words.
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
-# One token: a piece of a word of up to five characters, or one punctuation mark. Sub-word
-# tokenizers cut long words into pieces; about five characters per piece is close to what the GPT
-# tokenizers do on English prose and code. A word of n characters is ceil(n / 5) pieces, as the
-# greedy match cuts it.
-_TOKEN_PIECE_RE = re.compile(r"\w{1,5}|[^\w\s]")
-
-
-def count_tokens(text: str) -> int:
-    """An approximate token count, good enough for usage records and load tests.
-
-    Each punctuation mark is one token; each word is one token per started five characters.
-    Within a few tens of percent of a real BPE tokenizer on English; never 0 for a non-empty
-    text (a text of only whitespace counts as one token).
-    """
-    if not text:
-        return 0
-    return _off_the_event_loop.run(_count_tokens, len(text) // 15, text)
-
-
-def _count_tokens(text: str) -> int:
-    """The tokens are counted by the regular expression engine itself (subn's count of its matches):
-    no Python object per token, some 30 ns a character of prose and 70 of code on one core."""
-    if not text:
-        return 0
-    return max(_TOKEN_PIECE_RE.subn("", text)[1], 1)
 
 
 def _digest(*parts: str | int | float) -> bytes:
@@ -140,7 +76,7 @@ def chat_reply(messages: list[dict]) -> str:
     whole conversation, so two conversations that end alike still get different replies.
     """
     characters = sum(len(_message_text(m.get("content"))) for m in messages or () if isinstance(m, dict))
-    return _off_the_event_loop.run(_chat_reply, characters // 4, messages)
+    return event_loop.run(_chat_reply, characters // 4, messages)
 
 
 def _chat_reply(messages: list[dict]) -> str:
@@ -162,7 +98,7 @@ def _chat_reply(messages: list[dict]) -> str:
     return (
         "This is local-chat, a deterministic test model running inside the gateway (not an AI). "
         f"Your message has {_how_many(words, 'word')}, {_how_many(len(last_user), 'character')} "
-        f"and about {_how_many(_count_tokens(last_user), 'token')}. You wrote: \"{quote}\" "
+        f"and about {_how_many(count_tokens_in_place(last_user), 'token')}. You wrote: \"{quote}\" "
         f"Fingerprint {fingerprint}."
     )
 
@@ -233,7 +169,7 @@ def chat_answer(messages: list[dict], *, tools: Sequence[tuple[str, dict | bool]
     messages = [m for m in messages or () if isinstance(m, dict)]
     tools = [(name, parameters) for name, parameters in tools if isinstance(name, str) and name]
     characters = sum(len(_message_text(m.get("content"))) for m in messages)
-    return _off_the_event_loop.run(_chat_answer, characters // 4, messages, tools, call, schema, strict)
+    return event_loop.run(_chat_answer, characters // 4, messages, tools, call, schema, strict)
 
 
 def _chat_answer(messages: list[dict], tools: list[tuple[str, dict | bool]], call: str, schema,
@@ -631,7 +567,7 @@ def render_png(width: int, height: int, prompt: str, seed: int = 0) -> bytes:
         raise ValueError("width and height must be integers")
     if not (1 <= width <= MAX_IMAGE_SIDE and 1 <= height <= MAX_IMAGE_SIDE):
         raise ValueError(f"width and height must be between 1 and {MAX_IMAGE_SIDE}")
-    return _off_the_event_loop.run(_render_png, width * height // 64, width, height, prompt, seed)
+    return event_loop.run(_render_png, width * height // 64, width, height, prompt, seed)
 
 
 def _render_png(width: int, height: int, prompt: str, seed: int) -> bytes:
@@ -732,13 +668,13 @@ def _samples(text: str, voice: str, speed: float, sample_rate: int) -> array.arr
 def synthesize_pcm(text: str, *, voice: str, speed: float = 1.0, sample_rate: int = 24000) -> bytes:
     """Raw signed 16-bit little-endian mono samples (OpenAI's `pcm` format is 24 kHz)."""
     _check_speech_args(speed, sample_rate)
-    return _off_the_event_loop.run(_pcm, _speech_cost(text, speed, sample_rate), text, voice, speed, sample_rate)
+    return event_loop.run(_pcm, _speech_cost(text, speed, sample_rate), text, voice, speed, sample_rate)
 
 
 def synthesize_wav(text: str, *, voice: str, speed: float = 1.0, sample_rate: int = 24000) -> bytes:
     """A RIFF WAV file, 16-bit mono; about 65 ms per character at speed 1.0, shorter when faster."""
     _check_speech_args(speed, sample_rate)
-    return _off_the_event_loop.run(_wav, _speech_cost(text, speed, sample_rate), text, voice, speed, sample_rate)
+    return event_loop.run(_wav, _speech_cost(text, speed, sample_rate), text, voice, speed, sample_rate)
 
 
 def _speech_cost(text: str, speed: float, sample_rate: int) -> int:
@@ -791,7 +727,7 @@ def embed(text: str, dimensions: int = EMBEDDING_DIMENSIONS) -> list[float]:
     """
     if not isinstance(dimensions, int) or not (1 <= dimensions <= MAX_EMBEDDING_DIMENSIONS):
         raise ValueError(f"dimensions must be an integer between 1 and {MAX_EMBEDDING_DIMENSIONS}")
-    return _off_the_event_loop.run(_embed, len(text or "") + dimensions // 8, text, dimensions)
+    return event_loop.run(_embed, len(text or "") + dimensions // 8, text, dimensions)
 
 
 def _embed(text: str, dimensions: int) -> list[float]:

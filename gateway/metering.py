@@ -70,7 +70,8 @@ from django.db import (
 from keys import auth_cache
 from keys.models import BUDGET_PERIODS, ApiKey, IdempotentRequest, LedgerEntry, budget_bounds
 from keys.pricing import TokenPrices
-from models_catalog.models import AiModel, UsageEvent
+from models_catalog.models import UsageEvent
+from models_catalog.served import ServedModel
 from utils_app import clock, metrics
 from utils_app.coalesce import Coalescer, GroupInterrupted
 from utils_app.db import one_writer_at_a_time, statements_wrapper
@@ -456,7 +457,7 @@ def _terms(prices: TokenPrices | None) -> dict:
             "price_output": unit[2]}
 
 
-def charge(*, key: ApiKey, model: AiModel, operation: str, amount: int, request_id: str,
+def charge(*, key: ApiKey, model: ServedModel, operation: str, amount: int, request_id: str,
            idempotency: Idempotency | None = None, db=None, prices: TokenPrices | None = None,
            retry: bool = True) -> int:
     """Take ``amount`` credits and write the pending charge row; returns the row's id.
@@ -525,7 +526,7 @@ def _take(params: dict, db):
         return _charged(params, (entry, balance, taken[2]))
 
 
-def _refused(*, key: ApiKey, model: AiModel, amount: int, **charge_args) -> int:
+def _refused(*, key: ApiKey, model: ServedModel, amount: int, **charge_args) -> int:
     """Why the conditional UPDATE took nothing, read from the row (the refusal path only), in the contract's
     order: revoked (401), tier (403), maxConcurrent and tpm (429), credits and budget (402)."""
     row = ApiKey.objects.filter(pk=key.pk).only(
@@ -591,7 +592,7 @@ class Also:
     params: dict
 
 
-def complete(*, entry: int, key: ApiKey, model: AiModel, operation: str, provider: str, input_tokens: int,
+def complete(*, entry: int, key: ApiKey, model: ServedModel, operation: str, provider: str, input_tokens: int,
              output_tokens: int, latency_ms: int, cached_tokens: int = 0, deployment: int | None = None,
              status: int = 200, success: bool = True, also: Also | None = None, give: int = 0,
              uncovered: int = 0) -> bool:

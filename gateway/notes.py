@@ -15,7 +15,7 @@ from rest_framework.request import Request
 from gateway import routing
 from keys.limits import LimitState
 from keys.models import ApiKey
-from models_catalog.models import AiModel
+from models_catalog.served import ServedModel
 from utils_app.errors import GatewayError
 
 
@@ -26,7 +26,7 @@ class RequestNotes:
     body: dict | GatewayError | None = None
     # The model the body names, by the name the client sent (an id or an alias), if the catalog has it.
     model_name: str | None = None
-    model: AiModel | None = None
+    model: ServedModel | None = None
     limits: LimitState | None = None
     health: routing.Health | None = None
 

@@ -34,7 +34,7 @@ from keys import auth_cache
 from keys.models import ApiKey
 from keys.pricing import TokenPrices
 from models_catalog import catalog
-from models_catalog.models import AiModel, Deployment
+from models_catalog.served import ServedDeployment, ServedModel
 from utils_app import clock, metrics
 from utils_app import logging as request_log
 from utils_app.errors import (
@@ -76,7 +76,7 @@ class Outcome:
 class Meter:
     """One admitted request: its pending charge, its attempts over the model's pool, and the settlement."""
 
-    def __init__(self, *, key: ApiKey, model: AiModel, operation: str, entry: int, limit_headers: dict,
+    def __init__(self, *, key: ApiKey, model: ServedModel, operation: str, entry: int, limit_headers: dict,
                  attempts: routing.Attempts, claim: Idempotency | None, amount: int,
                  prices: TokenPrices | None = None, model_name: str | None = None):
         self.key = key
@@ -101,7 +101,7 @@ class Meter:
         self.started = time.monotonic()
         # The whole request's budget: the longest timeout of the pool's providers, however many attempts.
         self.deadline = Deadline(max((d.provider.timeout for d in model.pool), default=60.0))
-        self.deployment: Deployment | None = None  # the one that answered, or was tried last
+        self.deployment: ServedDeployment | None = None  # the one that answered, or was tried last
         self.sent = False  # whether an upstream was asked: only those requests are recorded as usage
         self.settled = False
         # What the deployment that answered could not honour and left out (CONTRACT section 8), for the
@@ -186,7 +186,7 @@ class Meter:
             return result
         raise failure if failure is not None else self.attempts.none_left()
 
-    def _note_attempt(self, deployment: Deployment, error: Exception) -> None:
+    def _note_attempt(self, deployment: ServedDeployment, error: Exception) -> None:
         if self.line is not None:
             # An upstream's code is its text: one word here, as the summary line separates its fields by spaces.
             code = _NOT_IN_A_CODE.sub("_", str(getattr(error, "code", None) or "error"))
@@ -321,7 +321,7 @@ def _stored(answer, headers: dict) -> dict:
     return {"headers": {**headers, "Content-Type": "application/json"}, "body": idempotency.rendered(answer.body)}
 
 
-def resolve_model(*, key: ApiKey, operation: str, model_id: str) -> AiModel:
+def resolve_model(*, key: ApiKey, operation: str, model_id: str) -> ServedModel:
     """The model a request names, if it exists, is of the operation's type and the key's tier may use it."""
     model = catalog.get_model(model_id)
     if model is None:

@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from gateway import metering
-from gateway.local_models import count_tokens
+from gateway.tokens import count_tokens
 from gateway.upstream.shapes import prompt_text
 from keys.pricing import TokenPrices
-from models_catalog.models import AiModel
+from models_catalog.served import ServedModel
 
 
-def token_prices(model: AiModel, *, units: int = 1) -> TokenPrices | None:
+def token_prices(model: ServedModel, *, units: int = 1) -> TokenPrices | None:
     """A chat or embedding model's token prices with its request fee (``cost`` per choice), or None for a
     model priced by its cost alone (images and speech always are; embeddings price input only)."""
     if model.type not in ("chat", "embedding") or (model.pricing_input is None and model.pricing_output is None):
@@ -38,7 +38,7 @@ class Hold:
     output_cap: int | None = None
 
 
-def held_amount(model: AiModel, prices: TokenPrices, hold: Hold | None, *, units: int = 1) -> int:
+def held_amount(model: ServedModel, prices: TokenPrices, hold: Hold | None, *, units: int = 1) -> int:
     """The most a token-priced request can cost (CONTRACT section 12): its fee, its counted input and its
     output cap for each choice: the cap it named, else the model's max_output_tokens. A cap above the
     model's is held as named: an upstream whose real limit is higher than the catalog says may use it."""

@@ -7,7 +7,7 @@ from collections.abc import Generator, Iterator
 from django.conf import settings
 
 from gateway import metering, routing
-from gateway.local_models import count_tokens
+from gateway.tokens import count_tokens
 from gateway.pipeline import CLIENT_CLOSED, Meter, failure_kind
 from gateway.prices import cached_tokens, ledger_tokens, metered_usage
 from gateway.upstream.shapes import ChunkStream, prompt_text
@@ -49,7 +49,7 @@ class OpenAIEvents:
 
 
 class ReplyTokens:
-    """The token count (local_models.count_tokens) of a streamed reply's text, counted as it arrives.
+    """The token count (gateway.tokens.count_tokens) of a streamed reply's text, counted as it arrives.
 
     Text is counted in pieces of about FLUSH_CHARS, each cut just after a character that is no
     part of a word (a space or a punctuation mark, which no token crosses), so the sum is the count

@@ -37,7 +37,8 @@ from django.db import connection
 from django.utils import timezone
 
 from models_catalog import catalog
-from models_catalog.models import AiModel, Deployment
+from models_catalog.models import Deployment
+from models_catalog.served import ServedDeployment, ServedModel
 from utils_app import clock, metrics, shared, state
 from utils_app.db import release_connection
 from utils_app.errors import COOLDOWN, DISABLE, FAILURE, SLOW_ANSWER, RateLimited, UpstreamError
@@ -91,7 +92,7 @@ class HealthRead:
     """The ops a request adds to its limits' round trip: this process's pending writes, then its model's health.
     The writes go first, so the choice already counts this process's last successes."""
 
-    def __init__(self, model: AiModel | None):
+    def __init__(self, model: ServedModel | None):
         self.model = model
         self.reads = _reads(model) if model is not None else []
         self.writes = pending_writes()
@@ -103,7 +104,7 @@ class HealthRead:
         return _health(self.model, answers[len(self.writes):len(self.writes) + len(self.reads)])
 
 
-def _reads(model: AiModel) -> list[shared.Op]:
+def _reads(model: ServedModel) -> list[shared.Op]:
     ops = [shared.get(_cool(deployment.pk)) for deployment in model.pool]
     ops += [shared.get(_off(deployment.pk)) for deployment in model.pool]
     if model.routing == "latency":
@@ -113,7 +114,7 @@ def _reads(model: AiModel) -> list[shared.Op]:
     return ops
 
 
-def _health(model: AiModel, answers: list) -> Health:
+def _health(model: ServedModel, answers: list) -> Health:
     health = Health()
     pool = model.pool
     for deployment, cool, off in zip(pool, answers, answers[len(pool):]):
@@ -133,7 +134,7 @@ def _health(model: AiModel, answers: list) -> Health:
     return health
 
 
-def read_health(model: AiModel) -> Health:
+def read_health(model: ServedModel) -> Health:
     """The health of a model's deployments in a round trip of its own (outside a metered request)."""
     request = HealthRead(model)
     return request.health(shared.run(request.ops))
@@ -141,11 +142,24 @@ def read_health(model: AiModel) -> Health:
 
 # ---------------------------------------------------------------- choosing
 
-def choose(model: AiModel, health: Health, *, skip: set, now: float | None = None, rng=random) -> Deployment | None:
+# The deployments a failure in this process disabled, by id, each with the snapshot's value it was chosen as.
+# The snapshot is frozen and shared: the requests that already hold it skip such a deployment from then on,
+# as they would had they read the database again, while a fresh snapshot reads it there (and other
+# processes the shared cache's mark). The identity check lets a later snapshot's value go by.
+_disabled_here: dict[int, ServedDeployment] = {}
+
+
+def _disabled(deployment: ServedDeployment, health: Health) -> bool:
+    """Whether the deployment is out of rotation: in the snapshot, since a failure here, or in the shared cache."""
+    return deployment.disabled or _disabled_here.get(deployment.pk) is deployment or deployment.pk in health.disabled
+
+
+def choose(model: ServedModel, health: Health, *, skip: set, now: float | None = None,
+           rng=random) -> ServedDeployment | None:
     """The deployment for the next attempt, or None when none may be tried (``skip``: tried or full)."""
     now = clock.now() if now is None else now
     candidates = [deployment for deployment in model.pool
-                  if not deployment.disabled and deployment.pk not in health.disabled and deployment.pk not in skip]
+                  if not _disabled(deployment, health) and deployment.pk not in skip]
     if len(candidates) > 1:
         # A deployment whose secret's variable is not set here fails before anything is sent: never chosen
         # while another can be (alone, it answers the 502 that says so).
@@ -163,7 +177,7 @@ def choose(model: AiModel, health: Health, *, skip: set, now: float | None = Non
     return _weighted(group, rng)
 
 
-def _weighted(group: list[Deployment], rng) -> Deployment:
+def _weighted(group: list[ServedDeployment], rng) -> ServedDeployment:
     if len(group) == 1:  # the usual pool of one: nothing to draw
         return group[0]
     weighted = [deployment for deployment in group if deployment.weight > 0]
@@ -172,7 +186,7 @@ def _weighted(group: list[Deployment], rng) -> Deployment:
     return rng.choices(weighted, weights=[deployment.weight for deployment in weighted])[0]
 
 
-def _fastest(group: list[Deployment], health: Health, rng) -> Deployment:
+def _fastest(group: list[ServedDeployment], health: Health, rng) -> ServedDeployment:
     unmeasured = [deployment for deployment in group if deployment.pk not in health.latency]
     if unmeasured:  # measure before comparing: a new or recovered deployment gets its turn
         return rng.choice(unmeasured)
@@ -185,7 +199,7 @@ def _fastest(group: list[Deployment], health: Health, rng) -> Deployment:
 class Attempts:
     """One request's way through its model's pool: each ``next()`` is the deployment of its next attempt."""
 
-    def __init__(self, model: AiModel, health: Health | None = None):
+    def __init__(self, model: ServedModel, health: Health | None = None):
         self.model = model
         self.health = health if health is not None else Health()
         self.tried: set = set()
@@ -198,17 +212,16 @@ class Attempts:
         deployment can read. Unavailable, it is one candidate among the others, as usual."""
         self.preferred = deployment_pk
 
-    def _preferred(self) -> Deployment | None:
+    def _preferred(self) -> ServedDeployment | None:
         if self.preferred is None or self.preferred in self.tried | self.full:
             return None
         for deployment in self.model.pool:
-            if (deployment.pk == self.preferred and not deployment.disabled
-                    and deployment.pk not in self.health.disabled
+            if (deployment.pk == self.preferred and not _disabled(deployment, self.health)
                     and self.health.cooling.get(deployment.pk, 0) <= clock.now()):
                 return deployment
         return None
 
-    def next(self) -> Deployment | None:
+    def next(self) -> ServedDeployment | None:
         while True:
             deployment = self._preferred() or choose(self.model, self.health, skip=self.tried | self.full)
             if deployment is None:
@@ -230,7 +243,7 @@ class Attempts:
                              f"disabled.")
 
 
-def _take_slot(deployment: Deployment) -> bool:
+def _take_slot(deployment: ServedDeployment) -> bool:
     """Count a request against the deployment's rpm cap, fleet-wide; False when the minute is full.
     A round trip of its own, made only for a deployment with a cap."""
     answers = shared.run([shared.incr(_rpm(deployment.pk, _minute()), 61)])
@@ -243,7 +256,7 @@ _pending: dict = defaultdict(lambda: defaultdict(int))  # (deployment id, minute
 _pending_lock = threading.Lock()
 
 
-def succeeded(deployment: Deployment, seconds: float) -> None:
+def succeeded(deployment: ServedDeployment, seconds: float) -> None:
     """A successful attempt: its time to first byte waits in this process for the next round trip."""
     milliseconds = max(0, int(seconds * 1000))
     with _pending_lock:
@@ -271,7 +284,7 @@ def flush() -> None:
     shared.run(pending_writes())
 
 
-def failed(deployment: Deployment, error: Exception) -> None:
+def failed(deployment: ServedDeployment, error: Exception) -> None:
     """A failed attempt: counted at once, and what it means for the deployment applied (section 7)."""
     kind = getattr(error, "health", None)
     model = deployment.model
@@ -298,7 +311,7 @@ def failed(deployment: Deployment, error: Exception) -> None:
         disable(deployment, reason=str(error))
 
 
-def _served_lately(deployment: Deployment) -> bool:
+def _served_lately(deployment: ServedDeployment) -> bool:
     """Whether the deployment answered any request successfully in this minute or the one before, anywhere
     in the fleet (this process's successes not yet written are written first). Counts the attempt. With
     the shared cache unreachable nothing is known: False, so the timeout counts as any other does."""
@@ -314,7 +327,7 @@ def outcome_of(error: Exception) -> str:
     return getattr(error, "outcome", "failure")
 
 
-def cool_down(deployment: Deployment, seconds: float, *, why: str) -> None:
+def cool_down(deployment: ServedDeployment, seconds: float, *, why: str) -> None:
     shared.run([shared.set(_cool(deployment.pk), repr(clock.now() + seconds), seconds),
                 shared.delete(_fails(deployment.pk))])
     metrics.cooled(model=deployment.model.model_id, provider=deployment.provider.name, deployment=deployment.pk)
@@ -322,7 +335,8 @@ def cool_down(deployment: Deployment, seconds: float, *, why: str) -> None:
                 deployment.model.model_id, deployment.provider.name, seconds, why)
 
 
-def disable(deployment: Deployment, *, reason: str, same_secret: bool = True, by_hand: bool = False) -> list[int]:
+def disable(deployment: ServedDeployment | Deployment, *, reason: str, same_secret: bool = True,
+            by_hand: bool = False) -> list[int]:
     """Disable a deployment, in the database (it survives restarts) and in the shared cache at once, so
     other processes skip it before their catalog snapshot shows it. Returns the ids disabled now.
 
@@ -342,7 +356,8 @@ def disable(deployment: Deployment, *, reason: str, same_secret: bool = True, by
     hold = settings.CATALOG_CACHE_SECONDS * 2 + 5
     shared.run([shared.set(_off(pk), DISABLED, hold) for pk in ids])
     catalog.invalidate()
-    deployment.disabled_at, deployment.disabled_reason = now, reason[:300]
+    if isinstance(deployment, ServedDeployment):
+        _disabled_here[deployment.pk] = deployment
     if ids and not by_hand:
         metrics.disabled(provider=deployment.provider.name)
         log.error("deployments %s (provider %s, secret %s) disabled: %s", ", ".join(map(str, ids)),
@@ -350,12 +365,12 @@ def disable(deployment: Deployment, *, reason: str, same_secret: bool = True, by
     return ids
 
 
-def enable(deployment: Deployment) -> None:
+def enable(deployment: ServedDeployment | Deployment) -> None:
     Deployment.objects.filter(pk=deployment.pk).update(disabled_at=None, disabled_reason="", disabled_by_hand=False)
     shared.run([shared.delete(_cool(deployment.pk)), shared.delete(_off(deployment.pk)),
                 shared.delete(_fails(deployment.pk))])
     catalog.invalidate()
-    deployment.disabled_at, deployment.disabled_reason = None, ""
+    _disabled_here.pop(deployment.pk, None)
 
 
 # ---------------------------------------------------------------- figures for people
@@ -425,6 +440,7 @@ def _median(figures: dict) -> float | None:
 
 @state.on_reset
 def reset() -> None:
-    """Forget this process's pending figures (tests)."""
+    """Forget this process's pending figures and the deployments its failures disabled (tests)."""
     with _pending_lock:
         _pending.clear()
+    _disabled_here.clear()

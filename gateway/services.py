@@ -7,7 +7,7 @@ import json
 import time
 
 from gateway import idempotency, media, metering, serializers
-from gateway.local_models import count_tokens
+from gateway.tokens import count_tokens
 from gateway.pipeline import Meter, Outcome, metered, resolve_model
 from gateway.prices import Hold, cached_tokens, ledger_tokens, metered_usage, output_cap, prompt_tokens_held
 from gateway.relay import ChatRelay, OpenAIEvents

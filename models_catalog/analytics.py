@@ -3,16 +3,14 @@
 The queries are in models_catalog.usage; the wire names (``totalRequests``,
 ``latencyMs``, ...) belong to the response serializers in
 models_catalog.serializers, which render what these functions return. Here the
-names are the domain's: counters named as in usage.COUNTERS, models as AiModel
-instances from the catalog snapshot.
+names are the domain's: counters named as in usage.COUNTERS, models as the catalog snapshot's
+values (models_catalog.served).
 """
-import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 
 from models_catalog import usage
-from models_catalog.catalog import snapshot
-from models_catalog.models import AiModel
+from models_catalog.served import ServedModel, snapshot
 from utils_app.cache import cache_get, cache_set
 
 STATISTIC_DAYS = 30
@@ -31,12 +29,16 @@ def model_list() -> dict:
     return {"models": list(snapshot().models.values())}
 
 
-def _with_usage(model: AiModel, counters: dict) -> AiModel:
-    # A copy, as a queryset annotation would give: the snapshot's instances are shared
-    # by every request of the process and must not carry one request's figures.
-    annotated = copy.copy(model)
-    annotated.usage = counters
-    return annotated
+@dataclass(frozen=True, slots=True)
+class ModelWithUsage(ServedModel):
+    """A model of the catalog snapshot with its all-time counters, as the web view's list renders it."""
+
+    usage: dict = field(default_factory=dict)
+
+
+def _with_usage(model: ServedModel, counters: dict) -> ModelWithUsage:
+    # A copy, as a queryset annotation would give: the snapshot's values are shared by every request.
+    return ModelWithUsage(**{member.name: getattr(model, member.name) for member in fields(model)}, usage=counters)
 
 
 def model_list_with_usage(*, now: datetime) -> dict:

@@ -1,30 +1,26 @@
-"""The model catalog: its one rule checker, loading it from a TOML file, and the cached snapshot the
-request path reads.
+"""The model catalog: its one rule checker and loading it from a TOML file.
 
 The rules of a provider and of a model's pool of deployments are checked here once,
 by ``check_provider`` and ``check_pool``, for the file loader, the staff forms and the
 admin API alike: each refusal is a CatalogError naming the entry and the field.
 
-The snapshot lives in process memory, so resolving a model and its pool costs no query
-and no cache round trip. A save in this process drops it at once (signals below);
-other processes pick a change up within CATALOG_CACHE_SECONDS.
+The cached snapshot the request path reads (``snapshot``, ``get_model``, ``invalidate``)
+is models_catalog.served's, named here too.
 """
 import re
-import threading
 import tomllib
 from decimal import Decimal
 from typing import Any, cast
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models.signals import post_delete, post_save
 
 from keys.models import TIERS
 from models_catalog.models import ROUTING_STRATEGIES, AiModel, Deployment, Provider
 from models_catalog.provider_types import MODEL_TYPES, TYPES
-from utils_app import clock, state
+# The snapshot the request path reads lives beside its frozen values; its names are the catalog's too.
+from models_catalog.served import Snapshot, get_model, invalidate, snapshot  # noqa: F401
 from utils_app.env import ENV_NAME_RE
 
 DEFAULT_CATALOG = Path(__file__).resolve().parent / "default_catalog.toml"
@@ -419,73 +415,6 @@ def check_model(entry: dict, providers: dict, *, where: str) -> dict:
         "aliases": check_aliases(entry, model_id, where),
         "deployments": check_pool(model_id, model_type, deployments, providers, where=where),
     }
-
-
-# ---------------------------------------------------------------- cached snapshot
-
-@dataclass(frozen=True)
-class Snapshot:
-    models: dict  # public id -> AiModel (enabled only), each with ``pool``: its deployments, providers attached
-    providers: dict  # name -> Provider
-    aliases: dict = field(default_factory=dict)  # alias -> the AiModel of models it names
-    loaded_at: float = field(default_factory=lambda: clock.monotonic())
-
-
-_lock = threading.Lock()
-_snapshot: Snapshot | None = None
-
-
-def snapshot() -> Snapshot:
-    global _snapshot
-    current = _snapshot
-    if current is not None and clock.monotonic() - current.loaded_at < settings.CATALOG_CACHE_SECONDS:
-        return current
-    with _lock:
-        if _snapshot is current:
-            _snapshot = _load_snapshot()
-        return cast(Snapshot, _snapshot)  # loaded above, or by the thread that held the lock before
-
-
-def _load_snapshot() -> Snapshot:
-    providers = {p.name: p for p in Provider.objects.all()}
-    by_pk = {p.pk: p for p in providers.values()}
-    models = {model.pk: model for model in AiModel.objects.filter(enabled=True)}
-    for model in models.values():
-        model.pool = []
-    for deployment in Deployment.objects.filter(model__enabled=True).order_by("priority", "id"):
-        model = models[deployment.model_id]
-        deployment.model = model
-        deployment.provider = by_pk[deployment.provider_id]
-        model.pool.append(deployment)
-    by_id = {model.model_id: model for model in models.values()}
-    aliases: dict[str, AiModel] = {}
-    for model in sorted(by_id.values(), key=lambda model: model.pk):
-        for alias in model.aliases if isinstance(model.aliases, list) else []:
-            # The rules keep names unique; should a row written past them repeat one, an id still wins over
-            # an alias and the older model keeps it, so a name never changes meaning between loads.
-            if isinstance(alias, str) and alias not in by_id:
-                aliases.setdefault(alias, model)
-    return Snapshot(models=by_id, providers=providers, aliases=aliases)
-
-
-@state.on_reset
-def invalidate(**kwargs) -> None:
-    global _snapshot
-    _snapshot = None
-
-
-for _sender in (AiModel, Provider, Deployment):
-    post_save.connect(invalidate, sender=_sender, dispatch_uid=f"catalog-save-{_sender.__name__}")
-    post_delete.connect(invalidate, sender=_sender, dispatch_uid=f"catalog-delete-{_sender.__name__}")
-
-
-def get_model(name: str) -> AiModel | None:
-    """The enabled model a client names, by its id or one of its aliases (None: none is served by that name).
-
-    Read from the snapshot: no query. The model returned is the catalog's, whose ``model_id`` is what usage
-    and ledger rows record; the answer names the model as the client did."""
-    current = snapshot()
-    return current.models.get(name) or current.aliases.get(name)
 
 
 # ---------------------------------------------------------------- TOML catalog files

@@ -48,17 +48,29 @@ class Provider(models.Model):
 
     def secret_configured(self, variable: str) -> bool:
         """Whether this process holds the secret in ``variable`` (one of secret_envs()), so that a call
-        through it can succeed.
+        through it can succeed (``secret_configured`` below)."""
+        return secret_configured(self.type, variable)
 
-        A local provider, or a deployment without a secret variable (an upstream without
-        authentication), needs none. Only whether the variable is set is looked at, never its value;
-        one a provider may not name (catalog.secret_env_allowed) is never read, so it counts as unset.
-        """
-        from models_catalog.catalog import secret_env_allowed  # the catalog module imports this one
 
-        if self.type == "local" or not variable:
-            return True
-        return secret_env_allowed(variable) and bool(os.environ.get(variable, "").strip())
+def secret_configured(provider_type: str, variable: str) -> bool:
+    """Whether this process holds the secret in ``variable`` for a provider of ``provider_type``: the rule
+    of Provider.secret_configured, which the catalog snapshot's providers (models_catalog.served) ask too.
+
+    A local provider, or a deployment without a secret variable (an upstream without
+    authentication), needs none. Only whether the variable is set is looked at, never its value;
+    one a provider may not name (catalog.secret_env_allowed) is never read, so it counts as unset.
+    """
+    from models_catalog.catalog import secret_env_allowed  # the catalog module imports this one
+
+    if provider_type == "local" or not variable:
+        return True
+    return secret_env_allowed(variable) and bool(os.environ.get(variable, "").strip())
+
+
+def is_configured(deployments) -> bool:
+    """Whether one of the deployments that serve a model (its pool) has its secret here: if none has, every
+    call fails with a 502. AiModel.is_configured and the snapshot's models (models_catalog.served) ask it."""
+    return any(deployment.provider.secret_configured(deployment.secret_env) for deployment in deployments)
 
 
 class AiModel(models.Model):
@@ -88,11 +100,6 @@ class AiModel(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
-    # Not stored: the catalog snapshot's instances carry their pool, the enabled deployments by priority
-    # (models_catalog.catalog), and the usage dashboard's copies their figures (models_catalog.analytics).
-    pool: list["Deployment"]
-    usage: dict
-
     class Meta:
         ordering = ["model_id"]
         verbose_name = "model"
@@ -112,9 +119,8 @@ class AiModel(models.Model):
         return {tier: tier in self.tiers for tier in TIERS}
 
     def is_configured(self, deployments) -> bool:
-        """Whether one of the deployments that serve it (its pool) has its secret here: if none has, every
-        call fails with a 502."""
-        return any(deployment.provider.secret_configured(deployment.secret_env) for deployment in deployments)
+        """Whether one of the deployments that serve it (its pool) has its secret here (``is_configured``)."""
+        return is_configured(deployments)
 
     def entry(self) -> dict:
         """The SPEC's model entry, without analytics."""

@@ -1,8 +1,8 @@
 """The query of GET /v1/models and the response serializers of the catalog and statistics operations.
 
 The response serializers are both the bodies' OpenAPI schema and what renders them:
-the views pass them the domain values of models_catalog.analytics (AiModel
-instances, counters named as in models_catalog.usage.COUNTERS), and the wire names
+the views pass them the domain values of models_catalog.analytics (the catalog snapshot's
+models, counters named as in models_catalog.usage.COUNTERS), and the wire names
 (``totalRequests``, ``creditsSpent``, ...) live here only, each with its ``source``.
 """
 from typing import Any
@@ -89,7 +89,7 @@ class ModelAnalytics(serializers.Serializer):
 
 
 class Pricing(serializers.Serializer):
-    # Renders an AiModel's token prices (members it has no price for are left out).
+    # Renders a model's token prices (members it has no price for are left out).
     input = serializers.FloatField(source="pricing_input", help_text="Credits per million input tokens.")
     cached_input = serializers.FloatField(source="pricing_cached_input", required=False,
                                           help_text="Credits per million cached input tokens (chat models).")
@@ -102,8 +102,8 @@ class Pricing(serializers.Serializer):
 
 
 class ModelEntry(serializers.Serializer):
-    # Renders an AiModel; the detail view passes the name it was asked for as context["name"], which may be
-    # one of the model's aliases.
+    # Renders a model of the catalog snapshot; the detail view passes the name it was asked for as
+    # context["name"], which may be one of the model's aliases.
     id = serializers.CharField(source="model_id", help_text="The name asked for (the model list: the model's id).")
     object = FixedText("model", help_text='Always "model".')
     created = UnixTime(source="created_at", help_text="When the model was added to the catalog, as a Unix timestamp.")
@@ -140,7 +140,7 @@ class ModelEntry(serializers.Serializer):
 
 
 class ModelEntryWithAnalytics(ModelEntry):
-    # Renders an AiModel annotated with its all-time ``usage``.
+    # Renders a model with its all-time ``usage`` (analytics.ModelWithUsage).
     analytics = ModelAnalytics(source="usage")
 
 

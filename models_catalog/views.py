@@ -20,7 +20,7 @@ from keys.auth import BearerKeyAuthentication, HasApiKey
 from keys.limits import KeyRequestLimits
 from models_catalog import analytics
 from models_catalog import serializers as s
-from models_catalog.catalog import get_model
+from models_catalog.served import get_model
 from utils_app import clock
 from utils_app.errors import NotFound
 from utils_app.limits import PublicAPIView, PublicRateThrottle

@@ -10,7 +10,7 @@ import gateway.routing  # noqa: F401  (imported for its process state, which sta
 from keys.services import issue_key
 from models_catalog import catalog
 from utils_app import clock as product_clock
-from utils_app import state
+from utils_app import event_loop, state
 
 
 def pytest_collection_modifyitems(config, items):
@@ -49,6 +49,16 @@ def clock(monkeypatch):
     monkeypatch.setattr(django_ratelimit.core, "time", SimpleNamespace(time=lambda: product_clock.now()))
     yield stopped
     product_clock.start()
+
+
+@pytest.fixture
+def as_under_gevent(monkeypatch):
+    """Heavy work as a gevent worker runs it (its threading patched: utils_app.event_loop), with a pool of
+    its own for the test."""
+    monkeypatch.setattr(event_loop.monkey, "is_module_patched", lambda name: True)
+    off = event_loop.OffTheEventLoop()
+    monkeypatch.setattr(event_loop, "shared", off)
+    return off
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 from dataclasses import dataclass, field
 
 from gateway.gemini_api.members import member, need, need_dict, need_list, obj
-from gateway.local_models import count_tokens
+from gateway.tokens import count_tokens
 from gateway.pipeline import Outcome, metered
 from gateway.prices import Hold
 from gateway.upstream.gemini import GeminiAdapter

@@ -2,17 +2,17 @@
 for any other (what the translation left out named, what it cannot honour refused before the charge)."""
 import json
 
-from gateway.local_models import count_tokens
+from gateway.tokens import count_tokens
 from gateway.messages.answer import message_object
 from gateway.messages.stream import AnthropicEvents
 from gateway.messages.translation import Translation
 from gateway.services import ChatDialect
 from gateway.upstream import honour
 from gateway.upstream.shapes import prompt_text
-from models_catalog.models import AiModel
+from models_catalog.served import ServedModel
 
 
-def refuse_before_charge(model: AiModel, params: dict, translation: Translation) -> None:
+def refuse_before_charge(model: ServedModel, params: dict, translation: Translation) -> None:
     """Refuse, before any credit is taken, a request no deployment of the model's pool can serve: an anthropic
     deployment takes the request as it came; the others take the translation (gateway.upstream.honour)."""
     if translation.refusal is not None and not any(d.provider.type == "anthropic" for d in model.pool):

@@ -22,7 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 from gateway.upstream.shapes import Audio, ChunkStream, Image, commits
 from gateway.upstream.transport import Deadline
-from models_catalog.models import Deployment
+from models_catalog.served import AnyDeployment
 from models_catalog.provider_types import TYPES
 
 
@@ -34,7 +34,7 @@ class Adapter(Protocol):
     # a member by its dotted path, a header by its name, a tool as tools:<type or name>.
     ignored: list[str]
 
-    def __init__(self, deployment: Deployment, deadline: Deadline): ...
+    def __init__(self, deployment: AnyDeployment, deadline: Deadline): ...
 
     def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
         """A chat.completion object."""
@@ -55,8 +55,8 @@ class Adapter(Protocol):
         """The cheapest call that proves the secret and the model work; raises the upstream error if not."""
 
 
-ADAPTERS: dict[str, Callable[[Deployment, Deadline], Adapter]] = {}
-_A = TypeVar("_A", bound=Callable[[Deployment, Deadline], Adapter])
+ADAPTERS: dict[str, Callable[[AnyDeployment, Deadline], Adapter]] = {}
+_A = TypeVar("_A", bound=Callable[[AnyDeployment, Deadline], Adapter])
 
 
 def register(name: str) -> Callable[[_A], _A]:
@@ -70,7 +70,7 @@ def register(name: str) -> Callable[[_A], _A]:
     return decorate
 
 
-def adapter_for(deployment: Deployment, deadline: Deadline | None = None) -> Adapter:
+def adapter_for(deployment: AnyDeployment, deadline: Deadline | None = None) -> Adapter:
     return ADAPTERS[deployment.provider.type](deployment, deadline or Deadline(deployment.provider.timeout))
 
 

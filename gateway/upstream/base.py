@@ -8,7 +8,7 @@ from gateway.upstream.shapes import Audio, Image
 from gateway.upstream.refusals import Refusal
 from gateway.upstream.transport import Deadline, HttpTransport, json_object
 from models_catalog.catalog import secret_env_allowed
-from models_catalog.models import Deployment
+from models_catalog.served import AnyDeployment
 from models_catalog.provider_types import TYPES
 from utils_app.errors import UpstreamError, UpstreamNotConfigured
 
@@ -19,7 +19,7 @@ class HttpAdapter:
     """An adapter that calls its provider over HTTP. Subclasses name the secret's header
     (``auth_headers``), read their protocol's error bodies (``read_error``) and map the operations."""
 
-    def __init__(self, deployment: Deployment, deadline: Deadline):
+    def __init__(self, deployment: AnyDeployment, deadline: Deadline):
         self.deployment = deployment
         self.provider = deployment.provider
         self.name = self.provider.name

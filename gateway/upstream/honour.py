@@ -11,7 +11,7 @@ to its own (Anthropic's thinking budget, Gemini's thinkingConfig) with the budge
 from collections.abc import Callable
 from typing import Any
 
-from models_catalog.models import AiModel
+from models_catalog.served import ServedModel
 from utils_app.errors import InvalidRequest, UnsupportedParameter
 
 # OpenAI's members for its own server features: left out (and named) by every adapter that translates.
@@ -50,7 +50,7 @@ def refuse_audio_output(payload: dict[str, Any]) -> None:
 REFUSALS: dict[str, Callable[[dict[str, Any]], None]] = {}
 
 
-def refuse_before_charge(model: AiModel, payload: dict[str, Any], *, passed_through: tuple[str, ...] = ()) -> None:
+def refuse_before_charge(model: ServedModel, payload: dict[str, Any], *, passed_through: tuple[str, ...] = ()) -> None:
     """Refuse a request no deployment of the model's pool can serve (the first refusal), before any credit is
     taken; a request one of them can serve goes on (the pool's attempts skip those that refuse it). The types
     in ``passed_through`` get the client's own request (Messages to anthropic) and refuse nothing."""

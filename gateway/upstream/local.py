@@ -18,11 +18,12 @@ from typing import Any
 
 from gateway import local_models
 from gateway.serializers import IMAGE_DEFAULTS, SPEECH_DEFAULTS, image_dimensions
+from gateway.tokens import count_tokens
 from gateway.upstream import register
 from gateway.upstream.honour import REFUSALS, name_left_out, refuse_audio_output
 from gateway.upstream.shapes import Audio, ChunkStream, Image, prompt_text
 from gateway.upstream.transport import Deadline
-from models_catalog.models import Deployment
+from models_catalog.served import AnyDeployment
 from utils_app.errors import InvalidRequest
 
 
@@ -114,13 +115,13 @@ def _answer(payload: dict[str, Any]) -> local_models.ChatAnswer:
 def _prompt_tokens(payload: dict[str, Any]) -> int:
     """The conversation's tokens and the tools' (as the gateway's own count_tokens estimate counts them)."""
     tools = payload.get("tools")
-    return local_models.count_tokens(prompt_text(payload["messages"])) + (
-        local_models.count_tokens(json.dumps(tools)) if tools else 0)
+    return count_tokens(prompt_text(payload["messages"])) + (
+        count_tokens(json.dumps(tools)) if tools else 0)
 
 
 def _completion_tokens(answer: local_models.ChatAnswer) -> int:
     call = answer.tool_call
-    return local_models.count_tokens(f"{call.name} {call.arguments}" if call else answer.text)
+    return count_tokens(f"{call.name} {call.arguments}" if call else answer.text)
 
 
 def _message(answer: local_models.ChatAnswer) -> tuple[dict[str, Any], str]:
@@ -138,7 +139,7 @@ REFUSALS["local"] = refuse_audio_output
 
 @register("local")
 class LocalAdapter:
-    def __init__(self, deployment: Deployment, deadline: Deadline):
+    def __init__(self, deployment: AnyDeployment, deadline: Deadline):
         self.deployment = deployment
         self.upstream_model = deployment.upstream_name
         self.ignored: list[str] = []  # as HttpAdapter's: what this attempt left out of the request
@@ -217,7 +218,7 @@ class LocalAdapter:
                 # OpenAI's base64 form: the vector packed as little-endian float32.
                 vector = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
             data.append({"object": "embedding", "index": index, "embedding": vector})
-        tokens = sum(local_models.count_tokens(text) for text in texts)
+        tokens = sum(count_tokens(text) for text in texts)
         return {"object": "list", "data": data, "model": self.upstream_model,
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 

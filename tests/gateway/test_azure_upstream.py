@@ -255,6 +255,7 @@ def test_the_secret_is_in_no_url_error_log_line_or_metric_with_a_resource_that_r
 def test_an_azure_image_deployment_is_probed_without_generating_an_image(resource, azure):
     deployment = Deployment.objects.select_related("model", "provider").get(model__model_id="az-image")
     routing.disable(deployment, reason="HTTP 401")
+    deployment.refresh_from_db()  # as the probes read it: disabled
     result = probes.probe(deployment)
     assert (result.ok, result.enabled) == (True, True)
     assert not Deployment.objects.filter(disabled_at__isnull=False).exists()

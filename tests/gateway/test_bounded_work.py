@@ -14,7 +14,7 @@ import pytest
 
 from gateway import routing
 from gateway.json_schemas import SchemaWalk
-from gateway.local_models import count_tokens
+from gateway.tokens import count_tokens
 from gateway.relay import ChatRelay, ReplyTokens
 from gateway.upstream import images
 from gateway.upstream.anthropic_request import tool_definition

@@ -12,7 +12,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 from django.core.management import CommandError, call_command
 
-from gateway import local_models, probes
+from gateway import probes, tokens
 from gateway.conversation import PassedThrough
 from gateway.messages.stream import AnthropicEvents
 from gateway.upstream.scrub import scrub
@@ -125,7 +125,7 @@ def test_count_tokens_takes_two_mebibytes_unless_told_otherwise(client, seeded, 
     text = "def f(x):\n    return {'a': [x, 2]}\n"
     body = {"model": "local-chat", "messages": [{"role": "user", "content": text * 40000}]}
     counted = post(client, COUNT, body, secret)
-    assert counted.status_code == 200 and counted.json() == {"input_tokens": local_models.count_tokens(text * 40000)}
+    assert counted.status_code == 200 and counted.json() == {"input_tokens": tokens.count_tokens(text * 40000)}
     body["messages"][0]["content"] = text * 70000  # 2.6 MB of JSON
     assert post(client, COUNT, body, secret).json()["error"]["type"] == "request_too_large"
 
@@ -140,7 +140,7 @@ def _counted_word_by_word(text: str) -> int:
                                   "naïve café, 東京タワー: 12345678901 (a_b_c_d_e_f)", "def f(x):\n    return {'a': [1]}\n",
                                   "sk-" + "Ab1_" * 40, "\u2028\x00\x1f" * 3])
 def test_the_estimate_still_counts_by_its_rule(text):
-    assert local_models.count_tokens(text) == _counted_word_by_word(text)
+    assert tokens.count_tokens(text) == _counted_word_by_word(text)
 
 
 # ---------------------------------------------------------------- secrets in other forms

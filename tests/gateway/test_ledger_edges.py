@@ -10,7 +10,7 @@ from django.db import connection
 from django.utils import timezone
 
 from gateway import metering, sweeper
-from gateway.local_models import count_tokens
+from gateway.tokens import count_tokens
 from gateway.upstream.shapes import prompt_text
 from keys.ledger import mismatches
 from keys.models import LedgerEntry

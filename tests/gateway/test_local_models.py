@@ -2,13 +2,13 @@
 import io
 import math
 import struct
-import threading
 import wave
 import zlib
 
 import pytest
 
 from gateway import local_models
+from utils_app import event_loop
 
 
 # ---------------------------------------------------------------- helpers
@@ -39,22 +39,6 @@ def read_wav(data: bytes):
 
 def cosine(a, b):
     return sum(x * y for x, y in zip(a, b))
-
-
-# ---------------------------------------------------------------- tokens
-
-def test_count_tokens_is_never_zero_for_non_empty_text():
-    assert local_models.count_tokens("a") == 1
-    assert local_models.count_tokens("   ") == 1
-    assert local_models.count_tokens("") == 0
-
-
-def test_count_tokens_grows_with_the_text():
-    short = local_models.count_tokens("Hello there.")
-    longer = local_models.count_tokens("Hello there. " * 10)
-    assert short == 3  # two words and a full stop
-    assert longer == 10 * short
-    assert local_models.count_tokens("internationalization") == 4  # long words cost more than one
 
 
 # ---------------------------------------------------------------- chat
@@ -237,37 +221,20 @@ def test_embedding_refuses_impossible_dimensions(dimensions):
 
 # ---------------------------------------------------------------- off the event loop
 
-@pytest.fixture
-def as_under_gevent(monkeypatch):
-    """The models as a gevent worker runs them (its threading patched), with a pool of their own."""
-    monkeypatch.setattr(local_models.monkey, "is_module_patched", lambda name: True)
-    off = local_models._OffTheEventLoop()
-    monkeypatch.setattr(local_models, "_off_the_event_loop", off)
-    return off
-
-
-def test_under_gevent_heavy_work_runs_in_a_thread_and_small_work_in_place_until_it_adds_up(as_under_gevent):
-    here = threading.get_ident()
-    budget = local_models._IN_PLACE_MICROSECONDS
-
-    assert as_under_gevent.run(threading.get_ident, budget) != here
-    small = [as_under_gevent.run(threading.get_ident, budget // 4) for _ in range(8)]
-    assert small == [here] * 3 + [small[3]] + [here] * 3 + [small[7]]
-    assert here not in (small[3], small[7])
-
+# (utils_app.event_loop's own tests say how the work is handed off; tests/utils_app/test_event_loop.py)
 
 def test_under_gevent_the_models_answer_exactly_as_in_place(as_under_gevent):
     big_text = "word " * 20_000
     results = (local_models.render_png(1024, 512, "a fox", seed=2), local_models.embed(big_text, 64),
-               local_models.synthesize_wav("Hello there", voice="alloy"), local_models.count_tokens(big_text),
+               local_models.synthesize_wav("Hello there", voice="alloy"),
                local_models.chat_reply([{"role": "user", "content": big_text}]))
     assert as_under_gevent._pool is not None  # the big ones went to the threads
 
     as_under_gevent._pool = None
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(local_models.monkey, "is_module_patched", lambda name: False)
+        patch.setattr(event_loop.monkey, "is_module_patched", lambda name: False)
         in_place = (local_models.render_png(1024, 512, "a fox", seed=2), local_models.embed(big_text, 64),
-                    local_models.synthesize_wav("Hello there", voice="alloy"), local_models.count_tokens(big_text),
+                    local_models.synthesize_wav("Hello there", voice="alloy"),
                     local_models.chat_reply([{"role": "user", "content": big_text}]))
     assert results == in_place
     assert as_under_gevent._pool is None

@@ -602,13 +602,27 @@ def test_a_deployment_disabled_by_hand_stays_disabled_however_well_it_probes(fak
 def test_a_cooldown_after_a_disable_does_not_hide_the_disable_from_other_processes(fakes, clock):
     a = fakes("a")
     deployment = pool("pooled", [(add_provider("a", a.base_url), {})]).deployments.get()
-    stale = Deployment.objects.select_related("model", "provider").get(pk=deployment.pk)  # another process's view
-    stale.model.pool = [stale]
+    stale = catalog.get_model("pooled")  # the snapshot another process still holds, read before the disable
     routing.disable(deployment, reason="HTTP 401")
     routing.cool_down(deployment, 0.01, why="a 429 of a request still in flight")  # must not undo the marker
     clock.advance(0.02)
-    health = routing.read_health(stale.model)
-    assert routing.choose(stale.model, health, skip=set()) is None
+    assert not stale.pool[0].disabled
+    health = routing.read_health(stale)
+    assert routing.choose(stale, health, skip=set()) is None
+
+
+def test_a_deployment_a_failure_disabled_is_skipped_by_the_requests_holding_the_same_snapshot(fakes):
+    pool("pooled", [(add_provider("a", fakes("a").base_url), {"priority": 1}),
+                    (add_provider("b", fakes("b").base_url), {"priority": 2})])
+    held = catalog.get_model("pooled")  # by a request in flight, say
+    first, second = held.pool
+    routing.disable(first, reason="HTTP 401")
+    assert not first.disabled  # the snapshot's value stays as it was read: what routing learnt, it keeps
+    assert routing.choose(held, routing.Health(), skip=set()) is second
+    fresh = catalog.get_model("pooled")
+    assert fresh is not held and fresh.pool[0].disabled  # read again from the database
+    routing.enable(fresh.pool[0])
+    assert routing.choose(catalog.get_model("pooled"), routing.Health(), skip=set()).pk == first.pk
 
 
 def test_a_deployment_whose_secret_is_not_set_here_is_never_chosen_while_another_can_be(client, fakes, free_key,

@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from gateway import metering, prices
-from gateway.local_models import count_tokens
+from gateway.tokens import count_tokens
 from keys.ledger import mismatches
 from keys.models import ApiKey, LedgerEntry
 from keys.pricing import TokenPrices, mispriced

@@ -53,8 +53,9 @@ from utils_app.errors import (
     UpstreamTimeout,
     as_gateway_error,
 )
-from utils_app.db import release_connection, statements_wrapper
+from utils_app.db import release_connection
 from utils_app.request_ids import request_id
+from utils_app.speed.statements import statements_wrapper
 
 log = logging.getLogger("gateway.metering")
 T = TypeVar("T")

@@ -410,25 +410,25 @@ ROUND_TRIP_COMMANDS = [
 def test_round_trip_commands_are_packed_as_the_connection_packs_them():
     from redis.connection import Connection, PythonRespSerializer
 
-    from utils_app.speed import redis_round_trip as fastpath
+    from utils_app.speed import redis_round_trip
 
     connection = Connection()  # never connected: packing needs no server
-    fastpath._load_hiredis()  # as the process's first Redis client does
-    assert fastpath._pack_command is not None, "hiredis is pinned in requirements.txt"
+    redis_round_trip._load_hiredis()  # as the process's first Redis client does
+    assert redis_round_trip._pack_command is not None, "hiredis is pinned in requirements.txt"
     expected = b"".join(connection.pack_commands(ROUND_TRIP_COMMANDS))
-    assert fastpath._packed(connection, ROUND_TRIP_COMMANDS) == [expected]
+    assert redis_round_trip._packed(connection, ROUND_TRIP_COMMANDS) == [expected]
     for command in ROUND_TRIP_COMMANDS:
-        assert fastpath._packed(connection, [command]) == [b"".join(connection.pack_commands([command]))]
+        assert redis_round_trip._packed(connection, [command]) == [b"".join(connection.pack_commands([command]))]
     # A value hiredis does not take goes to the connection: redis-py's own conversion, or its own error.
     odd = [("SET", ":1:view", memoryview(b"abc")), ("SET", ":1:array", bytearray(b"xyz"))]
-    assert b"".join(fastpath._packed(connection, odd)) == b"".join(connection.pack_commands(odd))
+    assert b"".join(redis_round_trip._packed(connection, odd)) == b"".join(connection.pack_commands(odd))
     from redis.exceptions import DataError
 
     with pytest.raises(DataError):
-        fastpath._packed(connection, [("SET", ":1:none", None)])
+        redis_round_trip._packed(connection, [("SET", ":1:none", None)])
     # A connection that packs in Python (no hiredis serializer) packs for itself.
     connection._command_packer = PythonRespSerializer(6000, connection.encoder.encode)
-    assert b"".join(fastpath._packed(connection, ROUND_TRIP_COMMANDS)) == b"".join(
+    assert b"".join(redis_round_trip._packed(connection, ROUND_TRIP_COMMANDS)) == b"".join(
         connection.pack_commands(ROUND_TRIP_COMMANDS))
 
 

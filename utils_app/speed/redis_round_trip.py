@@ -85,7 +85,7 @@ def _packed(connection, commands: list[tuple]):
     the same function per command after building the argument tuple again and looking for spaces in
     the command's name. The commands here are the round
     trips' own, made of names without spaces and str, bytes, int and float values, which pack_command
-    writes as redis-py would (tests/utils_app/test_fastpath.py compares the two). Otherwise (no
+    writes as redis-py would (tests/utils_app/test_speed.py compares the two). Otherwise (no
     hiredis, a value of another type) the connection packs them.
     """
     if _pack_command is not None and isinstance(getattr(connection, "_command_packer", None),

@@ -34,7 +34,6 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.exceptions import ReadTimeoutError
 
 from utils_app.speed import upstream_pool
-from utils_app.speed.upstream_pool import NO_RETRIES  # noqa: F401  (what a model call never does: tests read it)
 
 USER_AGENT = "model-gateway/1.0"
 # Just past a multiple of 3 s, TCP's first retransmission: a lost SYN still gets its retry.

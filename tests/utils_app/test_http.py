@@ -8,7 +8,8 @@ from urllib3 import Retry
 from urllib3.exceptions import DecodeError, ProtocolError, ReadTimeoutError
 
 from utils_app.errors import UpstreamError, UpstreamTimeout, error_body
-from utils_app.http import NO_RETRIES, TRANSPORT_ERRORS, USER_AGENT, Upstreams, is_timeout, json_object, timeouts
+from utils_app.http import TRANSPORT_ERRORS, USER_AGENT, Upstreams, is_timeout, json_object, timeouts
+from utils_app.speed.upstream_pool import NO_RETRIES
 
 BASE = "https://upstream.test/v1"
 

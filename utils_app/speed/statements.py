@@ -22,7 +22,6 @@ measures one against the other.
 """
 import time
 
-import psycopg
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -79,6 +78,8 @@ def run_alone(wrapper, sql: str, params: dict, *, every_row: bool = False) -> tu
     once. Errors are Django's (the 503 and the settlement's retry read them); the query log records
     the statement when Django would (tests count statements by it). A connection whose statement
     did not finish (a killed greenlet) goes back mid-statement: the pool closes it."""
+    import psycopg
+
     from utils_app.postgresql.base import execute_prepared
 
     pool = wrapper.pool

@@ -28,7 +28,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, 
 
 from django.conf import settings
 
-from gateway import idempotency, media, metering, routing, serializers, sweeper, upstream
+from gateway import idempotency, media, metering, metering_sql, routing, serializers, sweeper, upstream
 from gateway.local_models import count_tokens
 from gateway.metering import Idempotency
 from gateway.notes import notes_of
@@ -138,7 +138,7 @@ class Meter:
         if self.charged is not None:
             headers["X-Credits-Charged"] = str(self.charged)
         if self.key.tpm is not None:
-            used = self.key.tpm_used if self.key.tpm_minute == metering.minute_of(clock.now()) else 0
+            used = self.key.tpm_used if self.key.tpm_minute == metering_sql.minute_of(clock.now()) else 0
             headers["X-RateLimit-Limit-Tokens"] = str(self.key.tpm)
             headers["X-RateLimit-Remaining-Tokens"] = str(max(0, self.key.tpm - used - self.tokens))
         if self.ignored:

@@ -235,7 +235,7 @@ def complete(*, entry: int, key: ApiKey, model: AiModel, operation: str, provide
     params = {"entry": entry, "key": key.pk, "model_pk": model.pk, "operation": operation, "provider": provider,
               "input_tokens": input_tokens, "output_tokens": output_tokens, "cached_tokens": cached_tokens,
               "latency_ms": min(latency_ms, MAX_LATENCY_MS), "give": give, "uncovered": uncovered,
-              "tokens": input_tokens + output_tokens, "minute": sql.minute_of(clock.now()),
+              "minute": sql.minute_of(clock.now()),
               "now": sql.now(db), "status": status, "success": success, "deployment": deployment}
     if also is not None:
         return _complete_with(db, params, also)

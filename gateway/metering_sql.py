@@ -254,12 +254,13 @@ CHARGE_SQLITE = (f"UPDATE {KEYS} SET {_TAKE_SETS.format(k='', amount='%(amount)s
 _HEADROOM_SQLITE = f"(SELECT max_credits - credits FROM {KEYS} WHERE id = key_id)"
 _GIVEN_SQLITE = _given("%(give)s", postgres=False, headroom=_HEADROOM_SQLITE)
 _usage_columns, _usage_values = _usage_row(param)
+_TOKENS_SQLITE = "(%(input_tokens)s + %(output_tokens)s)"
 SETTLEMENT_SQLITE = (
     f"UPDATE {LEDGER} SET amount = amount + {_GIVEN_SQLITE}, {_settle_sets(param)} "
     f"WHERE id = %(entry)s AND status = 'pending' RETURNING key_id, amount, request_id, {_GIVEN_SQLITE}, "
     f"COALESCE(created_at >= (SELECT budget_period_start FROM {KEYS} WHERE id = key_id), 0)",
     f"UPDATE {KEYS} AS k SET "
-    f"{_release_sets(settled='1', given='%(given)s', budget='%(budget)s', tokens='%(tokens)s')} WHERE id = %(key)s",
+    f"{_release_sets(settled='1', given='%(given)s', budget='%(budget)s', tokens=_TOKENS_SQLITE)} WHERE id = %(key)s",
     f"INSERT INTO {USAGE} ({_usage_columns}) VALUES ({_usage_values})")
 
 

@@ -210,8 +210,9 @@ CHARGE = f"WITH {_rows('c', CHARGE_VALUES, grouped=False)}, {_charge_ctes(groupe
 
 def settlement(also: str = "") -> str:
     """A settlement alone: its answer is its ANSWER_SETTLED row, none when the charge was no longer pending.
-    The charge row and its key's are locked first (only while the row is still pending), in the order a
-    refund locks them. ``also``: the body of one more data-modifying CTE (gateway.metering.Also)."""
+    The charge row and its key's are locked first, together and only while the row is still pending, and
+    the statement waits for them. ``also``: the body of one more data-modifying CTE (gateway.metering.Also),
+    which may read ``settled`` (its key_id, amount, request_id)."""
     locked = (f"locked AS (SELECT k.id, k.credits, k.max_credits, k.budget_period_start FROM {LEDGER} l "
               f"JOIN s ON l.id = s.entry JOIN {KEYS} k ON k.id = l.key_id WHERE l.status = 'pending' "
               f"FOR NO KEY UPDATE OF l, k)")

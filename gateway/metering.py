@@ -100,7 +100,7 @@ def charge(*, key: ApiKey, model: AiModel, operation: str, amount: int, request_
         db = connections[DEFAULT_DB_ALIAS]  # the context's wrapper, looked up once (connection would each time)
     params = {"amount": amount, "now": sql.now(db), "key": key.pk, "tier": key.tier, "request_id": request_id,
               "idempotency_key": idempotency.key if idempotency else None, "operation": operation,
-              "model": model.model_id, **_terms(prices), **sql.calendar(db)}  # _terms' cached dict: spread, never changed
+              "model": model.model_id, **_terms(prices), **sql.calendar(db)}  # _terms' cached dict: spread only
     if idempotency is None and db.vendor == "postgresql":
         row = _take(params, db)  # one statement in autocommit: no BEGIN/COMMIT round trips
     else:

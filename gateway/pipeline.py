@@ -25,7 +25,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, 
 
 from django.conf import settings
 
-from gateway import idempotency, metering, routing, sweeper, upstream
+from gateway import idempotency, metering, metering_sql, routing, sweeper, upstream
 from gateway.metering import Idempotency
 from gateway.notes import notes_of
 from gateway.prices import Hold, held_amount, token_prices
@@ -138,7 +138,7 @@ class Meter:
         if self.charged is not None:
             headers["X-Credits-Charged"] = str(self.charged)
         if self.key.tpm is not None:
-            used = self.key.tpm_used if self.key.tpm_minute == metering.minute_of(clock.now()) else 0
+            used = self.key.tpm_used if self.key.tpm_minute == metering_sql.minute_of(clock.now()) else 0
             headers["X-RateLimit-Limit-Tokens"] = str(self.key.tpm)
             headers["X-RateLimit-Remaining-Tokens"] = str(max(0, self.key.tpm - used - self.tokens))
         if self.ignored:

@@ -21,7 +21,6 @@ from contextlib import contextmanager
 from typing import NamedTuple
 
 from utils_app.speed.sockets import readable_now
-from utils_app.speed.statements import statements_wrapper  # noqa: F401  (gateway.metering imports it from here)
 
 # As long as SQLite's own busy timeout (utils_app.env); past it the write goes ahead and
 # SQLite decides, as it did without this lock.

@@ -13,14 +13,14 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from gateway import metering
+from gateway import metering, metering_groups, metering_sql
 from keys.ledger import mismatches
 from keys.models import ApiKey, LedgerEntry
 from models_catalog.models import AiModel, KeyDailyUsage, ModelHourlyUsage, UsageEvent
 from utils_app.coalesce import Coalescer
 from utils_app.db import release_connection
 
-CHARGE, SETTLEMENT = metering.CHARGE, metering.SETTLEMENT
+CHARGE, SETTLEMENT = metering_groups.CHARGE, metering_groups.SETTLEMENT
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -58,7 +58,7 @@ def test_a_group_of_charges_takes_from_each_key_with_its_own_row_and_refuses_eac
     rich, _ = make_key(credits=10, max_credits=10)
     broke, _ = make_key(credits=1, max_credits=10)
     other, _ = make_key(credits=5, max_credits=5)
-    results = metering._run_group([(CHARGE, charge_item(rich, chat, 3, "a")), (CHARGE, charge_item(broke, chat, 2, "b")),
+    results = metering_groups.run_group([(CHARGE, charge_item(rich, chat, 3, "a")), (CHARGE, charge_item(broke, chat, 2, "b")),
                                    (CHARGE, charge_item(other, chat, 1, "c"))])
     assert results[1] is None  # refused alone: the other two charged
     (rich_entry, rich_left), (other_entry, other_left) = results[0], results[2]
@@ -84,7 +84,7 @@ def test_a_group_of_charges_holds_each_condition_of_the_single_charge(chat, make
     item = charge_item(retiered, chat)
     item["tier"] = "premium"  # the tier this process checked is no longer the key's
     fine, _ = make_key(credits=10, max_credits=10)
-    results = metering._run_group([(CHARGE, charge_item(busy, chat)), (CHARGE, charge_item(revoked, chat)),
+    results = metering_groups.run_group([(CHARGE, charge_item(busy, chat)), (CHARGE, charge_item(revoked, chat)),
                                    (CHARGE, item), (CHARGE, charge_item(fine, chat))])
     assert results[:3] == [None, None, None] and results[3][1] == 9
     assert LedgerEntry.objects.filter(kind="charge").count() == 1
@@ -105,7 +105,7 @@ def test_a_group_of_settlements_writes_what_the_settlements_one_by_one_write(cha
                 assert metering.complete(**{name: value for name, value in item.items()
                                             if name not in ("now", "key", "model_pk")}, key=key, model=chat)
         else:
-            assert metering._run_group([(SETTLEMENT, item) for item in items]) == [True, True, True]
+            assert metering_groups.run_group([(SETTLEMENT, item) for item in items]) == [True, True, True]
     assert ledger_rows(alone) == ledger_rows(grouped)
     assert usage_rows(alone) == usage_rows(grouped)
     assert [event.request_id for event in UsageEvent.objects.filter(key=grouped).order_by("id")] == [
@@ -126,7 +126,7 @@ def test_a_group_of_settlements_leaves_a_charge_no_longer_pending_as_it_is(chat,
     first, refunded, last = (metering.charge(key=key, model=chat, operation="chat", amount=2, request_id=name)
                              for name in "abc")
     assert metering.refund(entry=refunded) == 6
-    assert metering._run_group([(SETTLEMENT, settle_item(first, key, chat)),
+    assert metering_groups.run_group([(SETTLEMENT, settle_item(first, key, chat)),
                                 (SETTLEMENT, settle_item(refunded, key, chat)),
                                 (SETTLEMENT, settle_item(last, key, chat))]) == [True, False, True]
     key.refresh_from_db()
@@ -144,7 +144,7 @@ def test_charges_and_settlements_of_other_keys_share_one_statement(chat, make_ke
                      for name in ("s1", "s2"))
     release_connection(connection)
     with CaptureQueriesContext(connection) as captured:
-        results = metering._run_group([(SETTLEMENT, settle_item(first, settling, chat)),
+        results = metering_groups.run_group([(SETTLEMENT, settle_item(first, settling, chat)),
                                        (CHARGE, charge_item(charging, chat, 3, "c")),
                                        (SETTLEMENT, settle_item(second, settling, chat, tokens=(7, 8))),
                                        (CHARGE, charge_item(broke, chat, 1, "b"))])
@@ -170,14 +170,14 @@ def test_a_group_the_database_refuses_for_one_request_fails_that_request_alone(c
     good_entry, bad_entry = (metering.charge(key=key, model=chat, operation="chat", amount=1, request_id=name)
                              for key, name in ((good, "g"), (bad, "b")))
     refused = settle_item(bad_entry, bad, chat, provider="p" * 65)  # longer than the column holds
-    results = metering._run_group([(SETTLEMENT, settle_item(good_entry, good, chat)), (SETTLEMENT, refused),
+    results = metering_groups.run_group([(SETTLEMENT, settle_item(good_entry, good, chat)), (SETTLEMENT, refused),
                                    (CHARGE, charge_item(charging, chat, 2, "c"))])
     assert results[0] is True and isinstance(results[1], DataError) and results[2][1] == 8
     assert LedgerEntry.objects.get(pk=good_entry).status == "completed"
     assert LedgerEntry.objects.get(pk=bad_entry).status == "pending"  # its settlement is retried as before
     # Through the group, the request at fault gets its own error raised.
-    metering.groups.resize(16)
-    monkeypatch.setattr(metering.groups.coalescer, "work", lambda items: [results[1]])
+    metering_groups.groups.resize(16)
+    monkeypatch.setattr(metering_groups.groups.coalescer, "work", lambda items: [results[1]])
     release_connection(connection)
     with pytest.raises(DataError):
         metering.complete(entry=bad_entry, key=bad, model=chat, operation="chat", provider="p" * 65,
@@ -189,7 +189,7 @@ def test_the_in_flight_count_released_by_a_group_never_goes_below_zero(chat, mak
     key, _ = make_key(credits=10, max_credits=10)
     entries = [metering.charge(key=key, model=chat, operation="chat", amount=1, request_id=str(n)) for n in range(3)]
     ApiKey.objects.filter(pk=key.pk).update(in_flight=1)  # as a single settlement's CASE guards it
-    assert metering._run_group([(SETTLEMENT, settle_item(entry, key, chat)) for entry in entries]) == [True] * 3
+    assert metering_groups.run_group([(SETTLEMENT, settle_item(entry, key, chat)) for entry in entries]) == [True] * 3
     key.refresh_from_db()
     assert key.in_flight == 0
 
@@ -218,10 +218,10 @@ def test_a_group_leaves_out_a_key_another_transaction_holds_instead_of_waiting_f
     free, _ = make_key(credits=10, max_credits=10)
     entry = metering.charge(key=held, model=chat, operation="chat", amount=1, request_id="earlier")
     held_key(held)
-    results = metering._run_group([(CHARGE, charge_item(held, chat, 2, "a")), (CHARGE, charge_item(free, chat, 2, "b"))])
-    assert results[0] is metering.SKIPPED and results[1][1] == 8
-    assert metering._run_group([(SETTLEMENT, settle_item(entry, held, chat)),
-                                (SETTLEMENT, settle_item(results[1][0], free, chat))]) == [metering.SKIPPED, True]
+    results = metering_groups.run_group([(CHARGE, charge_item(held, chat, 2, "a")), (CHARGE, charge_item(free, chat, 2, "b"))])
+    assert results[0] is metering_groups.SKIPPED and results[1][1] == 8
+    assert metering_groups.run_group([(SETTLEMENT, settle_item(entry, held, chat)),
+                                (SETTLEMENT, settle_item(results[1][0], free, chat))]) == [metering_groups.SKIPPED, True]
     assert LedgerEntry.objects.get(pk=entry).status == "pending"  # its settlement runs alone, later
     assert not LedgerEntry.objects.filter(request_id="a").exists()
 
@@ -229,10 +229,10 @@ def test_a_group_leaves_out_a_key_another_transaction_holds_instead_of_waiting_f
 def test_a_request_left_out_of_its_group_runs_its_statement_alone_once_the_key_is_free(chat, make_key, held_key,
                                                                                          monkeypatch):
     held, _ = make_key(credits=10, max_credits=10)
-    metering.groups.resize(16)
+    metering_groups.groups.resize(16)
     calls = []
-    monkeypatch.setattr(metering.groups.coalescer, "work",
-                        lambda items: calls.append(items) or [metering.SKIPPED for _ in items])  # as if held
+    monkeypatch.setattr(metering_groups.groups.coalescer, "work",
+                        lambda items: calls.append(items) or [metering_groups.SKIPPED for _ in items])  # as if held
     release_connection(connection)  # as in a served request: the statements may run alone
     entry = metering.charge(key=held, model=chat, operation="chat", amount=3, request_id="alone")
     assert held.credits == 7
@@ -253,12 +253,12 @@ def test_a_group_whose_leader_was_interrupted_fails_its_requests_as_a_lost_conne
     from utils_app.coalesce import GroupInterrupted
 
     key, _ = make_key(credits=10, max_credits=10)
-    metering.groups.resize(16)
+    metering_groups.groups.resize(16)
 
     def interrupted(items):
         raise GroupInterrupted("the statement of this request's group was interrupted")
 
-    monkeypatch.setattr(metering.groups.coalescer, "work", interrupted)
+    monkeypatch.setattr(metering_groups.groups.coalescer, "work", interrupted)
     release_connection(connection)
     with pytest.raises(OperationalError, match="interrupted"):
         metering.charge(key=key, model=chat, operation="chat", amount=1, request_id="r")
@@ -268,28 +268,28 @@ def test_with_a_group_size_of_one_each_statement_runs_alone(chat, make_key, sett
     settings.METERING_GROUP_SIZE = 1
     key, _ = make_key(credits=10, max_credits=10)
     release_connection(connection)
-    monkeypatch.setattr(metering, "_run_group", lambda items: pytest.fail("no group may run"))
+    monkeypatch.setattr(metering_groups, "run_group", lambda items: pytest.fail("no group may run"))
     entry = metering.charge(key=key, model=chat, operation="chat", amount=1, request_id="r")
-    assert metering.groups.coalescer is None and connection.connection is None  # alone, on a pooled connection
+    assert metering_groups.groups.coalescer is None and connection.connection is None  # alone, on a pooled connection
     assert metering.complete(entry=entry, key=key, model=chat, operation="chat", provider="local", input_tokens=1,
                              output_tokens=1, latency_ms=1)
     monkeypatch.undo()
     settings.METERING_GROUP_SIZE = 8
     release_connection(connection)
     metering.charge(key=key, model=chat, operation="chat", amount=1, request_id="r2")
-    assert metering.groups.coalescer.max_size == 8
+    assert metering_groups.groups.coalescer.max_size == 8
     assert mismatches() == []
 
 
 def test_concurrent_requests_of_one_process_share_statements_and_every_credit_is_accounted_for(chat, make_key):
     keys = [make_key(credits=1000, max_credits=1000, max_concurrent=50)[0] for _ in range(6)]
     groups = []
-    metering.groups.resize(16)
-    coalescer = metering.groups.coalescer
+    metering_groups.groups.resize(16)
+    coalescer = metering_groups.groups.coalescer
 
     def counted(items):
         groups.append([kind for kind, _ in items])
-        return metering._run_group(items)
+        return metering_groups.run_group(items)
 
     coalescer.work = counted
     failures = []
@@ -315,7 +315,7 @@ def test_concurrent_requests_of_one_process_share_statements_and_every_credit_is
         for thread in threads:
             thread.join(120)
     finally:
-        coalescer.work = metering._run_group
+        coalescer.work = metering_groups.run_group
     assert failures == []
     kinds = [kind for group in groups for kind in group]
     assert kinds.count(CHARGE) == kinds.count(SETTLEMENT) == 300
@@ -335,7 +335,7 @@ def test_groups_of_several_processes_sharing_keys_never_deadlock(chat, make_key,
     rows at once, which would deadlock without SKIP LOCKED on the keys and the one order of the rollups."""
     keys = [make_key(credits=10_000, max_credits=10_000, max_concurrent=100)[0] for _ in range(5)]
     models = [chat, AiModel.objects.get(model_id="local-embedding")]
-    workers = [Coalescer(metering._run_group, max_size=8, lock_of=metering._lock_of) for _ in range(2)]
+    workers = [Coalescer(metering_groups.run_group, max_size=8, lock_of=metering_groups.lock_of) for _ in range(2)]
     mine = threading.local()
 
     class TwoWorkers:
@@ -346,7 +346,7 @@ def test_groups_of_several_processes_sharing_keys_never_deadlock(chat, make_key,
         def coalescer(self):
             return workers[mine.worker]
 
-    monkeypatch.setattr(metering, "groups", TwoWorkers())
+    monkeypatch.setattr(metering_groups, "groups", TwoWorkers())
     failures = []
     done = []
 
@@ -432,15 +432,15 @@ def test_a_group_of_either_kind_or_both_sends_the_one_group_statement(chat, make
     monkeypatch.setattr(DatabaseWrapper, "run_alone", recording)
     first, _ = make_key(credits=10, max_credits=10)
     second, _ = make_key(credits=10, max_credits=10)
-    charged = metering._run_group([(CHARGE, charge_item(first, chat)), (CHARGE, charge_item(second, chat))])
+    charged = metering_groups.run_group([(CHARGE, charge_item(first, chat)), (CHARGE, charge_item(second, chat))])
     entries = [entry for entry, _ in charged]
-    assert metering._run_group([(SETTLEMENT, settle_item(entries[0], first, chat)),
+    assert metering_groups.run_group([(SETTLEMENT, settle_item(entries[0], first, chat)),
                                 (SETTLEMENT, settle_item(entries[1], second, chat))]) == [True, True]
-    mixed = metering._run_group([(CHARGE, charge_item(first, chat)), (SETTLEMENT, settle_item(
+    mixed = metering_groups.run_group([(CHARGE, charge_item(first, chat)), (SETTLEMENT, settle_item(
         metering.charge(key=second, model=chat, operation="chat", amount=1, request_id="m"), second, chat))])
     assert mixed[1] is True and mixed[0][1] == 8
     groups = [(sql, arrays) for sql, arrays in sent if arrays]
-    assert [sql for sql, _ in groups] == [metering.GROUP_STATEMENT] * 3
+    assert [sql for sql, _ in groups] == [metering_sql.GROUP_STATEMENT] * 3
     assert groups[0][1]["s_entry"] == [] and groups[0][1]["c_key"] == [first.pk, second.pk]
     assert groups[1][1]["c_key"] == [] and groups[1][1]["s_entry"] == entries
     assert mismatches() == []

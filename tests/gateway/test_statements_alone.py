@@ -6,7 +6,7 @@ import pytest
 from django.db import DatabaseError, ProgrammingError, connection
 from django.test.utils import CaptureQueriesContext
 
-from gateway import metering
+from gateway import metering, metering_sql
 from keys.models import ApiKey, LedgerEntry
 from models_catalog.models import UsageEvent
 from tests.gateway.conftest import post
@@ -44,8 +44,7 @@ def test_a_metered_request_takes_two_pooled_connections_one_per_statement_and_no
         response = post(client, PATH, BODY, secret)
     assert response.status_code == 200 and response["X-Remaining-Credits"] == "98"
     # Logged as Django logs its own: the charge with its ledger row, the settlement with the usage row.
-    assert [query["sql"].split()[:2] for query in captured.captured_queries] == [
-        ["WITH", "taken"], ["WITH", "settled"]]
+    assert [query["sql"] for query in captured.captured_queries] == [metering_sql.CHARGE, metering_sql.SETTLEMENT]
     assert len(checkouts) == 2
     assert connection.connection is None  # Django's wrapper never held one
     assert all(conn.info.transaction_status.name == "IDLE" for conn in checkouts)  # back, nothing left open

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from gateway import metering, prices
+from gateway import metering, metering_groups, prices
 from gateway.tokens import count_tokens
 from keys.ledger import mismatches
 from keys.models import ApiKey, LedgerEntry
@@ -312,7 +312,7 @@ def test_a_group_settles_holds_of_different_sizes_as_they_would_settle_alone(pri
     charge_items = [{"amount": hold, "now": timezone.now(), "key": key.pk, "tier": key.tier, "request_id": str(n),
                      "idempotency_key": None, "operation": "chat", "model": "fake-chat",
                      **metering._terms(terms)} for n, (key, hold) in enumerate(zip(keys, holds))]
-    charged = metering._run_group([(metering.CHARGE, item) for item in charge_items])
+    charged = metering_groups.run_group([(metering_groups.CHARGE, item) for item in charge_items])
     assert [balance for _, balance in charged] == [93, 70, 88]
     gives = [2, 0, 11]
     settle_items = [{"entry": entry, "key": key.pk, "model_pk": model.pk, "operation": "chat", "provider": "fake",
@@ -320,7 +320,7 @@ def test_a_group_settles_holds_of_different_sizes_as_they_would_settle_alone(pri
                      "now": timezone.now(), "status": 200, "success": True, "deployment": None, "give": give,
                      "uncovered": 4 if give == 0 else 0}
                     for (entry, _), key, give in zip(charged, keys, gives)]
-    assert metering._run_group([(metering.SETTLEMENT, item) for item in settle_items]) == [True] * 3
+    assert metering_groups.run_group([(metering_groups.SETTLEMENT, item) for item in settle_items]) == [True] * 3
     for key, hold, give in zip(keys, holds, gives):
         key.refresh_from_db()
         assert (key.credits, key.in_flight, key.tpm_used) == (100 - hold + give, 0, 8)

@@ -64,7 +64,7 @@ def measure(calls: int, rounds: int, upstream: str) -> list[tuple[str, float, fl
     from django.conf import settings
     from django.db import connection
 
-    from gateway.serializers import ChatCompletionRequest
+    from gateway.chat_serializers import ChatCompletionRequest
     from utils_app import shared, windows
     from utils_app.db import release_connection
     from utils_app.http import Upstreams

@@ -26,12 +26,14 @@ from drf_spectacular.utils import (
 from rest_framework import serializers as drf_serializers
 from rest_framework.response import Response
 
-from gateway import pipeline, routing, serializers, services
+from gateway import pipeline, routing, services
+from gateway.chat_serializers import ChatCompletionRequest
 from gateway.gemini_api import model_list as google_models
 from gateway.gemini_api.dialect import GeminiDialect
 from gateway.gemini_api.embeddings import embed, embed_request, embedding_params
 from gateway.gemini_api.errors import exception_handler, status_word
 from gateway.gemini_api.request import chat_request, counting_request
+from gateway.media_serializers import EmbeddingsRequest
 from gateway.notes import RequestNotes
 from gateway.views import KeyLimitedView, MeteredView
 from models_catalog import catalog
@@ -125,7 +127,7 @@ class GeminiMethodView(GeminiViewMixin, MeteredView):
     """POST models/{model}:{method}. The chat methods are translated into a chat request (gateway.gemini_api),
     validated as every chat request is, and run through the same pipeline with Google's dialect."""
 
-    request_serializer = serializers.ChatCompletionRequest
+    request_serializer = ChatCompletionRequest
 
     def dispatch(self, request, *args: Any, **kwargs: Any):
         if request.method in ("GET", "HEAD") and kwargs.get("method") not in METHODS:
@@ -171,7 +173,7 @@ class GeminiMethodView(GeminiViewMixin, MeteredView):
         self.gemini_body = body  # passed through as it is to a gemini deployment
         if self.method in EMBED_METHODS:
             self.embed_request = embed_request(body, self.model_id, self.method)
-            return serializers.EmbeddingsRequest.with_data(
+            return EmbeddingsRequest.with_data(
                 embedding_params(self.embed_request, self.model_id)).validated()
         self.decoded = chat_request(body, self.model_id, stream=self.method == "streamGenerateContent")
         return super().validate(self.decoded.params)
@@ -193,7 +195,7 @@ class GeminiMethodView(GeminiViewMixin, MeteredView):
         # A model the gateway does not serve is what the client learns first, whatever else its body holds.
         pipeline.resolve_model(key=request.user, operation="chat", model_id=self.model_id)
         params = counting_request(body, self.model_id)
-        params, _ = serializers.ChatCompletionRequest(data=params).validated()
+        params, _ = ChatCompletionRequest(data=params).validated()
         return Response({"totalTokens": services.estimate_chat_tokens(key=request.user, params=params)})
 
 

@@ -19,7 +19,7 @@ a ``SchemaWalk``, one per request:
 
 References are followed at most MAX_DEPTH levels deep (nesting and ``$ref`` alike): a recursive
 schema is cut off there rather than inlined for ever. The checks run while the request is validated,
-before anything is charged (gateway.serializers, gateway.messages); the converters walk through the
+before anything is charged (gateway.chat_serializers, gateway.messages); the converters walk through the
 same class, so what they build is bounded too.
 """
 import json

@@ -1,22 +1,22 @@
 """The metered model operations and the media files they produce."""
 from django.urls import path, re_path
 
-from gateway import gemini_views, responses_views, views
+from gateway import gemini_views, media_views, messages_views, responses_views, views
 
 urlpatterns = [
     path("v1/chat/completions", views.ChatCompletionsView.as_view(), name="chat-completions"),
-    path("v1/messages", views.MessagesView.as_view(), name="messages"),
-    path("v1/messages/count_tokens", views.CountTokensView.as_view(), name="messages-count-tokens"),
+    path("v1/messages", messages_views.MessagesView.as_view(), name="messages"),
+    path("v1/messages/count_tokens", messages_views.CountTokensView.as_view(), name="messages-count-tokens"),
     path("v1/responses", responses_views.ResponsesView.as_view(), name="responses"),
     path("v1/responses/input_tokens", responses_views.ResponseInputTokensView.as_view(),
          name="responses-input-tokens"),
     path("v1/responses/<str:response_id>", responses_views.ResponseView.as_view(), name="response"),
     path("v1/responses/<str:response_id>/input_items", responses_views.ResponseInputItemsView.as_view(),
          name="response-input-items"),
-    path("v1/images/generations", views.ImageGenerationsView.as_view(), name="image-generations"),
-    path("v1/audio/speech", views.SpeechView.as_view(), name="audio-speech"),
-    path("v1/embeddings", views.EmbeddingsView.as_view(), name="embeddings"),
-    path("media/<path:name>", views.serve_media, name="media"),
+    path("v1/images/generations", media_views.ImageGenerationsView.as_view(), name="image-generations"),
+    path("v1/audio/speech", media_views.SpeechView.as_view(), name="audio-speech"),
+    path("v1/embeddings", media_views.EmbeddingsView.as_view(), name="embeddings"),
+    path("media/<path:name>", media_views.serve_media, name="media"),
     # Google's Gemini API (gateway/gemini_views.py), under v1beta/ and v1/. A method follows the model after its
     # last colon; the model may hold a slash or a colon (organisation/model ids, OpenAI's fine-tunes). The
     # pattern takes any version and method, so that the view answers a wrong one in Google's shape. GET

@@ -6,7 +6,8 @@ import base64
 import json
 import time
 
-from gateway import idempotency, media, metering, serializers
+from gateway import idempotency, media, metering
+from gateway.output_serializers import ImageGenerationResult, SpeechResult
 from gateway.tokens import count_tokens
 from gateway.pipeline import Meter, Outcome, metered, resolve_model
 from gateway.prices import Hold, cached_tokens, ledger_tokens, metered_usage, output_cap, prompt_tokens_held
@@ -134,7 +135,7 @@ def generate_images(*, request, key: ApiKey, params: dict, sent: set) -> Outcome
         prompt_tokens = count_tokens(params["prompt"])
         meter.price(input_tokens=prompt_tokens, output_tokens=0)  # cost * n: what X-Credits-Charged says
         result = {"created": int(time.time()), "data": data, "remaining_credits": meter.balance()}
-        outcome = Outcome(headers=meter.headers(), body=serializers.ImageGenerationResult(result).data)
+        outcome = Outcome(headers=meter.headers(), body=ImageGenerationResult(result).data)
         meter.succeed(input_tokens=prompt_tokens, output_tokens=0, answer=outcome)
     return outcome
 
@@ -156,7 +157,7 @@ def synthesize_speech(*, request, key: ApiKey, params: dict, sent: set, raw: boo
                       "audio_url": media.url_for(name, request=request), "format": audio.format,
                       "content_type": audio.content_type, "created": int(time.time()),
                       "remaining_credits": meter.balance()}
-            outcome = Outcome(headers=meter.headers(), body=serializers.SpeechResult(result).data)
+            outcome = Outcome(headers=meter.headers(), body=SpeechResult(result).data)
         meter.succeed(input_tokens=input_tokens, output_tokens=0, answer=outcome)
     return outcome
 

@@ -1,30 +1,29 @@
-"""HTTP views of the metered model operations: parse, call one service, answer.
+"""The metered views' machinery and the chat completion's view: the key authenticated and counted, the
+body parsed and validated, one service called, its outcome answered (``respond``), JSON whatever the
+Accept header says.
 
-The rules live in gateway.serializers (what a valid request is) and
-gateway.pipeline (the metering pipeline); these views only translate.
+The rules live in the request serializers (gateway.chat_serializers, gateway.media_serializers: what a
+valid request is) and gateway.pipeline (the metering pipeline); the views only translate. The other
+operations' views build on these: gateway.messages_views (Anthropic's Messages), gateway.media_views
+(images, speech, embeddings and the media files), gateway.responses_views, gateway.gemini_views.
 """
-from django.conf import settings
-from django.http import FileResponse, HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
-from django.utils.cache import patch_vary_headers
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view, inline_serializer
-from rest_framework import serializers as drf_serializers
+from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from gateway import idempotency, media, pipeline, routing, serializers, services
-from gateway.messages import dialect as messages_dialect
-from gateway.messages import errors as messages_errors
-from gateway.messages import request as messages_request
-from keys.auth import BearerKeyAuthentication, HasApiKey
+from gateway import idempotency, pipeline, routing, services
+from gateway.chat_serializers import ChatCompletionRequest
 from gateway.notes import RequestNotes, notes_of
+from gateway.output_serializers import ChatCompletion
 from gateway.upstream import honour
 from keys import limits
-from keys.models import ApiKey
+from keys.auth import BearerKeyAuthentication, HasApiKey
 from models_catalog import catalog
-from utils_app.errors import GatewayError, MethodNotAllowed, NotFound, RequestTooLarge, json_error, parse_json_object
+from utils_app.errors import GatewayError, parse_json_object
 from utils_app.schema import error_responses
 from utils_app.serializers import StrictSerializer
 
@@ -53,33 +52,6 @@ class JsonNegotiation(BaseContentNegotiation):
 
     def select_renderer(self, request, renderers, format_suffix=None):
         return renderers[0], renderers[0].media_type
-
-
-def wants_raw_audio(accept: str) -> bool:
-    """Whether a speech answer is the audio itself: yes unless the Accept header names application/json
-    with a q-value above 0 and no lower than that of any audio type it names (audio/*, octet-stream).
-
-    A client that names no type (no Accept, or ``*/*`` as curl sends) gets the bytes, as OpenAI answers
-    and as ``curl --output speech.mp3`` expects; the JSON with the stored file's URL is for a client
-    that asks for JSON.
-    """
-    raw_q = json_q = 0.0
-    for part in accept.split(","):
-        media_type, *params = (piece.strip() for piece in part.split(";"))
-        quality = 1.0
-        for param in params:
-            name, _, value = param.partition("=")
-            if name.strip().lower() == "q":
-                try:
-                    quality = float(value)
-                except ValueError:
-                    quality = 0.0
-        media_type = media_type.lower()
-        if media_type == "application/octet-stream" or media_type.startswith("audio/"):
-            raw_q = max(raw_q, quality)
-        elif media_type == "application/json":
-            json_q = max(json_q, quality)
-    return not (json_q > 0 and json_q >= raw_q)
 
 
 def respond(outcome: pipeline.Outcome):
@@ -198,238 +170,16 @@ class MeteredView(KeyLimitedView):
     summary="Chat completion (optionally streamed as server-sent events)",
     description="Costs the model's `cost`. With `stream: true` the answer is `text/event-stream`: "
                 "`data: {chunk}` events then `data: [DONE]`. " + METERED_HEADERS,
-    request=serializers.ChatCompletionRequest,
+    request=ChatCompletionRequest,
     examples=body_example(model="local-chat", messages=[{"role": "user", "content": "Hello!"}]),
-    responses={(200, "application/json"): serializers.ChatCompletion,
+    responses={(200, "application/json"): ChatCompletion,
                (200, "text/event-stream"): OpenApiTypes.STR, **ERRORS},
 ))
 class ChatCompletionsView(MeteredView):
-    request_serializer = serializers.ChatCompletionRequest
+    request_serializer = ChatCompletionRequest
 
     def operate(self, request, params, sent):
         model = notes_of(request).model
         if model is not None:  # what no deployment of the pool can serve is refused before the charge (section 8)
             honour.refuse_before_charge(model, params)
         return services.chat_completion(request=request, key=request.user, params=params)
-
-
-AnthropicErrorBody = inline_serializer(name="AnthropicErrorBody", fields={
-    "type": drf_serializers.CharField(help_text='Always "error".'),
-    "error": inline_serializer(name="AnthropicErrorDetail", fields={
-        "type": drf_serializers.CharField(help_text="Anthropic's error type: invalid_request_error, "
-                                                    "authentication_error, billing_error, permission_error, "
-                                                    "not_found_error, request_too_large, rate_limit_error, "
-                                                    "api_error, overloaded_error"),
-        "message": drf_serializers.CharField()}),
-})
-ANTHROPIC_ERRORS = {status: OpenApiResponse(AnthropicErrorBody, description=f"Anthropic's error type "
-                                                                           f"{messages_errors.error_type(status)}")
-                    for status in (400, 401, 402, 403, 404, 405, 409, 413, 422, 429, 500, 502, 503, 504)}
-
-# Anthropic's request body as gateway.messages.request.translate reads it: the members it requires, with their
-# types; the translated request is then held to ChatCompletionRequest's ranges. An optional member sent as
-# null counts as left out. A member it does not translate goes on to an anthropic deployment as it is and is
-# left out and named (X-Gateway-Ignored) by any other, so both bodies stay open; count_tokens counts the
-# conversation, the system prompt and the tools.
-ANTHROPIC_MESSAGE = {
-    "type": "object", "required": ["role", "content"],
-    "properties": {
-        "role": {"type": "string", "enum": ["user", "assistant", "system"],
-                 "description": "A system message among the turns (Claude Code's reminders) stands where it is."},
-        "content": {"oneOf": [
-            {"type": "string"},
-            {"type": "array", "minItems": 1, "description": "Content blocks: text, image, document, "
-                                                             "search_result and tool_result in user turns, text "
-                                                             "and tool_use in assistant turns; other blocks "
-                                                             "(thinking, server tools') reach anthropic "
-                                                             "deployments only.",
-             "items": {"type": "object", "required": ["type"], "properties": {"type": {"type": "string"}}}}]},
-    },
-}
-ANTHROPIC_COMMON = {
-    "model": {"type": "string", "minLength": 1, "maxLength": serializers.MODEL_ID_MAX, "pattern": "^[^\\u0000]+$",
-              "description": "A chat model's id (GET /v1/models)."},
-    "messages": {"type": "array", "minItems": 1, "maxItems": settings.MAX_CHAT_MESSAGES, "items": ANTHROPIC_MESSAGE},
-    "system": {"nullable": True, "oneOf": [
-        {"type": "string"},
-        {"type": "array", "description": "Text blocks (a block of another type is left out).",
-         "items": {"type": "object", "required": ["type"], "properties": {"type": {"type": "string"}},
-                   "anyOf": [{"properties": {"type": {"not": {"enum": ["text"]}}}},
-                             {"required": ["text"], "properties": {"text": {"type": "string"}}}]}}]},
-    "tools": {"type": "array", "nullable": True,
-              "description": "Client tools (name, description, input_schema); tools of Anthropic's own types and "
-                             "tools marked defer_loading reach anthropic deployments only.",
-              "items": {"type": "object", "anyOf": [{"required": ["name", "input_schema"]},
-                                                    {"required": ["type"], "properties": {"type": {"type": "string",
-                                                                                          "not": {"enum": ["custom"]}}}}]}},
-    "tool_choice": {"type": "object", "nullable": True, "required": ["type"],
-                    "properties": {"type": {"type": "string", "enum": ["auto", "any", "tool", "none"]},
-                                   "name": {"type": "string", "minLength": 1,
-                                            "description": "The tool to call (with type tool)."},
-                                   "disable_parallel_tool_use": {"type": "boolean"}}},
-    "thinking": {"type": "object", "nullable": True},
-}
-MESSAGES_REQUEST = {
-    "type": "object", "required": ["model", "messages", "max_tokens"],
-    "description": "Anthropic's Messages request. Members not listed reach the model's anthropic deployments as "
-                   "they are; a deployment of another type goes without them and names them in the answer's "
-                   "X-Gateway-Ignored header.",
-    "properties": {
-        **ANTHROPIC_COMMON,
-        "max_tokens": {"type": "integer", "minimum": 1},
-        "stream": {"type": "boolean", "nullable": True},
-        "temperature": {"type": "number", "nullable": True, "minimum": 0, "maximum": 2},
-        "top_p": {"type": "number", "nullable": True, "minimum": 0, "maximum": 1},
-        "stop_sequences": {"type": "array", "nullable": True, "items": {"type": "string"}},
-        "metadata": {"type": "object", "nullable": True,
-                     "description": "A string user_id is passed on as the request's user."},
-    },
-}
-COUNT_TOKENS_REQUEST = {
-    "type": "object", "required": ["model", "messages"],
-    "description": "Anthropic's count_tokens request: a Messages request without max_tokens and the generation "
-                   "members.",
-    "properties": ANTHROPIC_COMMON,
-}
-HELLO = [{"role": "user", "content": "Hello!"}]
-
-
-@extend_schema_view(post=extend_schema(
-    operation_id="create_message", tags=["models"],
-    summary="Anthropic Messages API (optionally streamed as server-sent events)",
-    description="Anthropic's request and answer shapes, for clients built on Anthropic's SDK; the key as "
-                "`x-api-key` or `Authorization: Bearer`. Served by every chat model and metered exactly like "
-                "a chat completion (costs the model's `cost`). With `stream: true` the answer is Anthropic's "
-                "event stream (`message_start` … `message_stop`). Errors are "
-                "`{\"type\": \"error\", \"error\": {\"type\", \"message\"}}`. " + METERED_HEADERS,
-    request={"application/json": MESSAGES_REQUEST},
-    examples=body_example(model="local-chat", max_tokens=256, messages=HELLO),
-    responses={(200, "application/json"): OpenApiTypes.OBJECT, (200, "text/event-stream"): OpenApiTypes.STR,
-               **ANTHROPIC_ERRORS},
-))
-class MessagesView(MeteredView):
-    """POST /v1/messages: the Anthropic request translated into a chat request (gateway.messages), validated
-    as every chat request is, and run through the same pipeline with Anthropic's dialect."""
-
-    request_serializer = serializers.ChatCompletionRequest
-
-    def get_exception_handler(self):
-        return messages_errors.exception_handler
-
-    def validate(self, body):
-        self.anthropic_body = body  # passed through as it is to an anthropic deployment
-        params, self.translation = messages_request.translate(body)  # and what the other types cannot honour
-        return super().validate(params)
-
-    def operate(self, request, params, sent):
-        beta = messages_request.beta_header(request.META.get("HTTP_ANTHROPIC_BETA", ""))
-        model = notes_of(request).model
-        if model is not None:  # what no deployment of the pool can serve is refused before the charge
-            messages_dialect.refuse_before_charge(model, params, self.translation)
-        dialect = messages_dialect.AnthropicDialect(self.anthropic_body, beta=beta, params=params,
-                                            translation=self.translation)
-        return services.chat_completion(request=request, key=request.user, params=params, dialect=dialect)
-
-
-@extend_schema_view(post=extend_schema(
-    operation_id="count_message_tokens", tags=["models"], summary="Anthropic Messages API: count input tokens",
-    description="`{\"input_tokens\": N}` from the gateway's own estimate of the request's input; free of "
-                "charge, but the key must be valid and allowed the model, and the request counts against its "
-                "rpm and rph. A body larger than the service's COUNT_TOKENS_MAX_BYTES (2 MiB unless set) is a "
-                "413 `request_too_large`.",
-    request={"application/json": COUNT_TOKENS_REQUEST}, examples=body_example(model="local-chat", messages=HELLO),
-    # Free: never 402, and so no Idempotency-Key (409, 422) either.
-    responses={200: OpenApiTypes.OBJECT,
-               **{status: answer for status, answer in ANTHROPIC_ERRORS.items() if status not in (402, 409, 422)}},
-))
-class CountTokensView(KeyLimitedView):
-    """Free of charge, but a request like any other to the key's rpm and rph (no charge, no ledger row)."""
-
-    def get_exception_handler(self):
-        return messages_errors.exception_handler
-
-    def post(self, request):
-        # Free, so bounded before any parsing: a 15 MB body took 1.9 s of CPU to count (docs/hardening.md).
-        if len(request.body) > settings.COUNT_TOKENS_MAX_BYTES:
-            raise RequestTooLarge(f"The request body is larger than {settings.COUNT_TOKENS_MAX_BYTES} bytes, the "
-                                  f"most /v1/messages/count_tokens takes.")
-        body = parse_json_object(request.body)
-        if isinstance(body.get("model"), str):
-            # A model the gateway does not serve is what the client learns first, whatever else its body holds.
-            pipeline.resolve_model(key=request.user, operation="chat", model_id=body["model"])
-        params = messages_request.chat_params(body, counting=True)
-        params, _ = serializers.ChatCompletionRequest(data=params).validated()
-        return Response({"input_tokens": services.estimate_chat_tokens(key=request.user, params=params)})
-
-
-@extend_schema_view(post=extend_schema(
-    operation_id="create_image", tags=["models"], summary="Image generation",
-    description="Costs the model's `cost` times `n`. `url` results are stored by the service and "
-                "served from /media/. " + METERED_HEADERS,
-    request=serializers.ImageGenerationRequest,
-    examples=body_example(model="local-image", prompt="A lighthouse at dusk", size="256x256"),
-    responses={200: serializers.ImageGenerationResult, **ERRORS},
-))
-class ImageGenerationsView(MeteredView):
-    request_serializer = serializers.ImageGenerationRequest
-    operation = "image"
-
-    def operate(self, request, params, sent):
-        return services.generate_images(request=request, key=request.user, params=params, sent=sent)
-
-
-@extend_schema_view(post=extend_schema(
-    operation_id="create_speech", tags=["models"], summary="Speech synthesis",
-    description="The raw audio bytes with their real content type by default; JSON with `audio_url` (the "
-                "file kept in media storage) when `Accept` names `application/json` and prefers it to "
-                "`audio/*` and `application/octet-stream`. The local model writes WAV for every format but "
-                "`pcm` (`audio/wav`). " + METERED_HEADERS,
-    request=serializers.SpeechRequest,
-    examples=body_example(model="local-speech", input="Hello from the gateway.", voice="alloy"),
-    responses={(200, "audio/*"): OpenApiResponse(OpenApiTypes.BINARY, description="Audio"),
-               (200, "application/octet-stream"): OpenApiResponse(OpenApiTypes.BINARY, description="Audio"),
-               (200, "application/json"): serializers.SpeechResult,
-               **ERRORS},
-))
-class SpeechView(MeteredView):
-    request_serializer = serializers.SpeechRequest
-    operation = "speech"
-
-    def operate(self, request, params, sent):
-        raw = wants_raw_audio(request.META.get("HTTP_ACCEPT", ""))
-        return services.synthesize_speech(request=request, key=request.user, params=params, sent=sent, raw=raw)
-
-    def post(self, request):
-        response = super().post(request)
-        patch_vary_headers(response, ("Accept",))  # JSON or audio bytes, by the Accept header
-        return response
-
-
-@extend_schema_view(post=extend_schema(
-    operation_id="create_embeddings", tags=["models"], summary="Embeddings",
-    description="`embedding` is one vector for a string input and a list of vectors for an array; "
-                "`data`, `model` and `usage` follow OpenAI's shape. " + METERED_HEADERS,
-    request=serializers.EmbeddingsRequest,
-    examples=body_example(model="local-embedding", input="Hello from the gateway."),
-    responses={200: serializers.EmbeddingsResult, **ERRORS},
-))
-class EmbeddingsView(MeteredView):
-    request_serializer = serializers.EmbeddingsRequest
-    operation = "embedding"
-
-    def operate(self, request, params, sent):
-        return services.create_embeddings(request=request, key=request.user, params=params, sent=sent)
-
-
-def serve_media(request, name: str):
-    """A generated image or audio file. The random name is the credential; no key is needed."""
-    if request.method not in ("GET", "HEAD"):
-        return json_error(MethodNotAllowed(f"Method {request.method} is not allowed here."))
-    found = media.open_file(name)  # opened at once: a purge between a lookup and the open is a 404
-    if found is None:
-        return json_error(NotFound("No such media file (it may have expired).", code="media_not_found"))
-    handle, content_type = found
-    response = FileResponse(handle, content_type=content_type)
-    # The name never points at other content, so caches may keep it for as long as it exists.
-    response["Cache-Control"] = "public, max-age=86400, immutable"
-    return response

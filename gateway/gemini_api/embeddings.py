@@ -56,7 +56,7 @@ def embed_request(body: dict, model_id: str, method: str) -> EmbedRequest:
 
 
 def embedding_params(request: EmbedRequest, model_id: str) -> dict:
-    """The /v1/embeddings parameters of the same texts (validated by gateway.serializers.EmbeddingsRequest)."""
+    """The /v1/embeddings parameters of the same texts (validated by gateway.media_serializers.EmbeddingsRequest)."""
     params: dict = {"model": model_id, "input": request.texts}
     if request.dimensions is not None:
         params["dimensions"] = request.dimensions

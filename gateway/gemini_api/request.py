@@ -24,7 +24,7 @@ REQUEST_MEMBERS = {"contents", "systemInstruction", "tools", "toolConfig", "gene
 
 def chat_request(body: dict, model_id: str, *, stream: bool = False) -> GeminiRequest:
     """The OpenAI-shaped chat request for a GenerateContentRequest (validated again, as every chat request is,
-    by gateway.serializers.ChatCompletionRequest). ``model_id`` is the model the path names."""
+    by gateway.chat_serializers.ChatCompletionRequest). ``model_id`` is the model the path names."""
     found = GeminiRequest(params={"model": model_id, "messages": []})
     messages = found.params["messages"]
     system = member(body, "systemInstruction")

@@ -19,7 +19,7 @@ TRANSLATED = {"model", "messages", "max_tokens", "system", "stop_sequences", "te
 # OpenAI's most widely taken one.
 EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
 THINKING_TYPES = ("enabled", "adaptive", "between_tools", "disabled")
-# The longest metadata.user_id passed on as OpenAI's user (gateway.serializers.ChatCompletionRequest's bound).
+# The longest metadata.user_id passed on as OpenAI's user (gateway.chat_serializers.ChatCompletionRequest's bound).
 USER_MAX = 256
 
 
@@ -38,7 +38,7 @@ def beta_header(value: str) -> str:
 
 def chat_params(body: dict, *, counting: bool = False) -> dict:
     """The OpenAI-shaped chat request for an Anthropic Messages request (validated again, as every chat
-    request is, by gateway.serializers.ChatCompletionRequest)."""
+    request is, by gateway.chat_serializers.ChatCompletionRequest)."""
     return translate(body, counting=counting)[0]
 
 
@@ -186,7 +186,7 @@ def _tool(tool, where: str, walk: SchemaWalk, notes: Translation) -> dict | None
 
 
 def _count_image_urls(messages: list) -> None:
-    """At most MAX_CHAT_IMAGE_URLS images given by URL in one request (gateway.serializers.count_image_urls),
+    """At most MAX_CHAT_IMAGE_URLS images given by URL in one request (gateway.chat_serializers.count_image_urls),
     refused here naming the client's own block."""
     found = 0
     for index, message in enumerate(messages):

@@ -3,7 +3,7 @@ API, and the gateway's own count of its input (POST /v1/responses/input_tokens).
 import json
 from typing import Any
 
-from gateway import serializers
+from gateway.chat_serializers import ChatCompletionRequest
 from gateway.responses.request import check_request, need
 from gateway.responses.store import conversation, previous
 from gateway.upstream.shapes import content_text
@@ -203,5 +203,5 @@ def input_tokens(*, key: ApiKey, body: dict) -> int:
     check_request(body, counting=True)
     items = conversation(previous(key, body.get("previous_response_id")), body)
     params, _ = chat_params({**body, "stream": False}, items, [])
-    params, _ = serializers.ChatCompletionRequest.with_data(params).validated()
+    params, _ = ChatCompletionRequest.with_data(params).validated()
     return estimate_chat_tokens(key=key, params=params)

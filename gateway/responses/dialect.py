@@ -3,7 +3,8 @@ translated into a chat request for any other; the answer as a response object, k
 import json
 from typing import Any
 
-from gateway import metering, serializers
+from gateway import metering
+from gateway.chat_serializers import ChatCompletionRequest
 from gateway.conversation import PassedThrough
 from gateway.models import StoredResponse
 from gateway.pipeline import Meter
@@ -43,7 +44,7 @@ class ResponsesDialect(ChatDialect):
         self.items = conversation(stored, body)
         self.ignored: list[str] = []  # what a translated attempt leaves out (the same for every such attempt)
         params, self.customs = chat_params(body, self.items, self.ignored)
-        self.params, _ = serializers.ChatCompletionRequest.with_data(params).validated()
+        self.params, _ = ChatCompletionRequest.with_data(params).validated()
         self.response_id = new_id("resp")
         self.created_at = int(clock.now())
         self.model = body["model"]

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from gateway import local_models
-from gateway.serializers import IMAGE_DEFAULTS, SPEECH_DEFAULTS, image_dimensions
+from gateway.media_serializers import IMAGE_DEFAULTS, SPEECH_DEFAULTS, image_dimensions
 from gateway.tokens import count_tokens
 from gateway.upstream import register
 from gateway.upstream.honour import REFUSALS, name_left_out, refuse_audio_output

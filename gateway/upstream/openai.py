@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from gateway.conversation import PassedThrough, StopReason
-from gateway.serializers import SPEECH_DEFAULTS
+from gateway.media_serializers import SPEECH_DEFAULTS
 from gateway.upstream import register
 from gateway.upstream.base import HttpAdapter
 from gateway.upstream.images import image_type

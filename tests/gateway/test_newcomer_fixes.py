@@ -9,7 +9,7 @@ from django.core.cache import cache
 from rest_framework.renderers import JSONRenderer
 
 from gateway import local_models
-from gateway.views import wants_raw_audio
+from gateway.media_views import wants_raw_audio
 from keys import auth_cache
 from keys.models import ApiKey
 from models_catalog.models import UsageEvent

@@ -4,7 +4,8 @@ import re
 
 import pytest
 
-from gateway import media, serializers
+from gateway import media
+from gateway.media_serializers import ImageGenerationRequest
 from keys.models import ApiKey
 from models_catalog.models import UsageEvent
 from tests.gateway.conftest import assert_error, post
@@ -132,7 +133,7 @@ def test_the_image_size_in_the_schema_is_exactly_what_validation_accepts(size_sc
     # matches before a final newline).
     ecma = re.compile(size_schema["pattern"].removesuffix("$") + "\\Z")
     in_schema = bool(ecma.search(size)) and len(size) <= size_schema["maxLength"]
-    accepted = serializers.ImageGenerationRequest(data={"model": "m", "prompt": "p", "size": size}).is_valid()
+    accepted = ImageGenerationRequest(data={"model": "m", "prompt": "p", "size": size}).is_valid()
     assert accepted == in_schema
 
 

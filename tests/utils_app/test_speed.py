@@ -8,7 +8,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from rest_framework import serializers as drf_serializers
 
-from gateway.serializers import ChatCompletionRequest
+from gateway.chat_serializers import ChatCompletionRequest
 from utils_app.speed.redis_round_trip import ScriptedRedisCache
 from utils_app.speed.validation import NOT_QUICK
 

@@ -1,4 +1,4 @@
-"""Request validation and response shapes of the four metered operations.
+"""The chat completion request: its members, its messages and their content, and the checks across them.
 
 Validation is strict about types: a JSON number is not a string and a string is
 not a boolean, because a gateway that silently coerces hides client bugs and
@@ -14,20 +14,16 @@ the upstream receives exactly those and keeps its own defaults for the rest.
 The OpenAPI schema of each request is exact: what it calls valid is accepted and
 what it calls invalid is refused. Rules across members are stated with
 ``schema_rules`` (utils_app.schema) next to the code that enforces them; the
-caps that come from settings (MAX_CHAT_N, MAX_CHAT_MESSAGES,
-MAX_EMBEDDING_INPUTS) are read once, when the schema and the fields are built.
+caps that come from settings (MAX_CHAT_N, MAX_CHAT_MESSAGES) are read once,
+when the schema and the fields are built. The tools' members are gateway.tool_serializers.
 """
-import re
-from typing import Any, cast
-
 from django.conf import settings
-from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail, ValidationError
 
 from gateway.json_schemas import check_chat_schemas
-from gateway.local_models import MAX_EMBEDDING_DIMENSIONS
+from gateway.tool_serializers import Tool, ToolCall, ToolChoice
 from utils_app.errors import InvalidRequest
 from utils_app.speed.validation import GivenFieldsOnly
 from utils_app.serializers import (
@@ -46,20 +42,6 @@ from utils_app.serializers import (
 MODEL_ID_MAX = 120
 # "developer" is what OpenAI's newer models take in place of "system"; each provider type translates it.
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
-IMAGE_QUALITIES = ("standard", "hd", "ultra_hd", "clarity")
-IMAGE_FORMATS = ("url", "b64_json")
-IMAGE_STYLES = ("vivid", "natural")
-IMAGE_SIDE = (64, 4096)
-# WIDTHxHEIGHT, each side 64 to 4096 in ASCII digits (leading zeros allowed, as int() reads them).
-# \Z, not $: Python's $ would also accept a trailing newline. drf-spectacular writes \Z as $.
-_IMAGE_SIDE_RE = r"0*(6[4-9]|[7-9][0-9]|[1-9][0-9]{2}|[1-3][0-9]{3}|40[0-8][0-9]|409[0-6])"
-IMAGE_SIZE_RE = re.compile(rf"^{_IMAGE_SIDE_RE}x{_IMAGE_SIDE_RE}\Z")
-IMAGE_DEFAULTS = {"n": 1, "size": "1024x1024", "quality": "standard", "response_format": "url", "style": "vivid"}
-SPEECH_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
-SPEECH_DEFAULTS = {"response_format": "mp3", "speed": 1.0}
-SPEECH_SPEED = (0.25, 4.0)
-SPEECH_INPUT_MAX = 4096
-EMBEDDING_FORMATS = ("float", "base64")
 # OpenAI's reasoning efforts, weakest first (the openai SDK's ReasoningEffort); gateway.upstream.honour
 # says what each is worth to the upstreams that count a thinking budget in tokens.
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
@@ -68,8 +50,6 @@ EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 def _anything_but(*values) -> dict:
     return {"not": {"enum": list(values)}}
 
-
-# ---------------------------------------------------------------- chat
 
 CONTENT_PART = {
     "type": "object", "required": ["type"], "properties": {"type": {"type": "string"}},
@@ -115,17 +95,6 @@ class MessageContent(serializers.Field):
         def check(value):
             return value if type(value) is str else whole(value)
         return check
-
-
-class ToolCall(serializers.Serializer):
-    id = StrictCharField(max_length=200)
-    type = StrictCharField(max_length=40)
-    function = StrictJsonObjectField()
-
-    def to_internal_value(self, data):
-        validated = super().to_internal_value(data)
-        # Passed on whole: the upstream may know members this gateway does not.
-        return data if isinstance(data, dict) else validated
 
 
 class ChatMessage(GivenFieldsOnly, serializers.Serializer):
@@ -174,76 +143,6 @@ class StopSequences(serializers.Field):
             return data
         if not isinstance(data, list) or not 1 <= len(data) <= 4 or not all(isinstance(s, str) for s in data):
             fail("Must be a string or an array of 1 to 4 strings.")
-        return data
-
-    def to_representation(self, value):
-        return value
-
-
-class Tool(serializers.Serializer):
-    """A tool; one of type "function" needs a function with a non-empty string name."""
-
-    schema_rules = {"anyOf": [
-        {"properties": {"type": _anything_but("function")}},
-        {"required": ["function"], "properties": {"function": {
-            "type": "object", "required": ["name"], "properties": {"name": {"type": "string", "minLength": 1},
-                                                                   "parameters": {"type": "object",
-                                                                                  "nullable": True}}}}},
-    ]}
-
-    type = StrictCharField(max_length=40)
-    function = optional(StrictJsonObjectField)
-
-    def to_internal_value(self, data):
-        attrs = super().to_internal_value(data)
-        function = attrs.get("function")
-        if attrs["type"] == "function":
-            if function is None:
-                raise ValidationError({"function": [ErrorDetail("A function tool needs 'function'.", code="required")]})
-            if not isinstance(function.get("name"), str) or not function["name"]:
-                raise ValidationError({"function": {"name": [ErrorDetail("Must be a non-empty string.",
-                                                                         code="required")]}})
-        return data
-
-
-_NAMED = {"type": "object", "required": ["name"], "properties": {"name": {"type": "string", "minLength": 1}}}
-
-
-@extend_schema_field({"oneOf": [
-    {"type": "string", "enum": ["none", "auto", "required"]},
-    {"type": "object", "required": ["type", "function"],
-     "properties": {"type": {"enum": ["function"]}, "function": _NAMED}},
-    {"type": "object", "required": ["type", "custom"], "properties": {"type": {"enum": ["custom"]}, "custom": _NAMED}},
-    {"type": "object", "required": ["type", "allowed_tools"], "properties": {
-        "type": {"enum": ["allowed_tools"]},
-        "allowed_tools": {"type": "object", "required": ["mode", "tools"], "properties": {
-            "mode": {"enum": ["auto", "required"]}, "tools": {"type": "array", "items": {"type": "object"}}}}}},
-]})
-class ToolChoice(serializers.Field):
-    """OpenAI's tool_choice: a word, or an object forcing one function or custom tool, or narrowing the
-    tools the model may call (allowed_tools). Whether a named tool is among the request's is the
-    deployment's to judge (the upstream's, or local-chat's)."""
-
-    def to_internal_value(self, data):
-        if data in ("none", "auto", "required"):
-            return data
-        if not isinstance(data, dict):
-            fail("Must be 'none', 'auto', 'required' or an object naming a tool.")
-        kind = data.get("type")
-        if kind in ("function", "custom"):
-            named = data.get(kind)
-            if not isinstance(named, dict) or not isinstance(named.get("name"), str) or not named["name"]:
-                raise ValidationError({kind: {"name": [ErrorDetail("Must be a non-empty string.", code="required")]}})
-        elif kind == "allowed_tools":
-            allowed = data.get("allowed_tools")
-            if not isinstance(allowed, dict) or allowed.get("mode") not in ("auto", "required") \
-                    or not isinstance(allowed.get("tools"), list) \
-                    or not all(isinstance(tool, dict) for tool in allowed["tools"]):
-                raise ValidationError({"allowed_tools": [ErrorDetail(
-                    "Must be an object with mode 'auto' or 'required' and a list of tool objects.", code="invalid")]})
-        else:
-            raise ValidationError({"type": [ErrorDetail("Must be 'function', 'custom' or 'allowed_tools'.",
-                                                        code="required" if kind is None else "invalid")]})
         return data
 
     def to_representation(self, value):
@@ -398,189 +297,3 @@ def count_image_urls(messages: list) -> None:
                         f"messages.{index}.content.{position}: a request may give at most "
                         f"{settings.MAX_CHAT_IMAGE_URLS} images by URL (MAX_CHAT_IMAGE_URLS); send the others "
                         f"inline as data URLs, or in another request.", param=f"messages.{index}.content.{position}")
-
-
-# ---------------------------------------------------------------- images
-
-class ImageGenerationRequest(StrictSerializer):
-    """Image generation; any member not listed is refused with unknown_parameter."""
-
-    model = StrictCharField(max_length=MODEL_ID_MAX)
-    prompt = StrictCharField(max_length=32000)
-    n = optional(StrictIntegerField, min_value=1, max_value=10, default=IMAGE_DEFAULTS["n"])
-    size = optional(StrictCharField, max_length=20, default=IMAGE_DEFAULTS["size"], validators=[RegexValidator(
-        IMAGE_SIZE_RE, message=f"Must look like WIDTHxHEIGHT, e.g. 1024x1024, each side from {IMAGE_SIDE[0]} to "
-                               f"{IMAGE_SIDE[1]} pixels.")])
-    quality = optional(StrictChoiceField, choices=IMAGE_QUALITIES, default=IMAGE_DEFAULTS["quality"])
-    response_format = optional(StrictChoiceField, choices=IMAGE_FORMATS, default=IMAGE_DEFAULTS["response_format"])
-    style = optional(StrictChoiceField, choices=IMAGE_STYLES, default=IMAGE_DEFAULTS["style"])
-    user = optional(StrictCharField, max_length=256)
-
-    def to_internal_value(self, data):
-        # Defaults of optional members apply when they are absent or null.
-        return {**IMAGE_DEFAULTS, **super().to_internal_value(data)}
-
-
-def image_dimensions(size: str) -> tuple[int, int]:
-    # ``size`` has passed the request's validation, which IMAGE_SIZE_RE is part of.
-    width, height = cast(re.Match[str], IMAGE_SIZE_RE.match(size)).groups()
-    return int(width), int(height)
-
-
-# ---------------------------------------------------------------- speech
-
-@extend_schema_field({"oneOf": [
-    {"type": "string", "minLength": 1, "maxLength": 64},
-    {"type": "object", "required": ["id"], "properties": {"id": {"type": "string", "minLength": 1, "maxLength": 200}}},
-]})
-class Voice(serializers.Field):
-    """A voice name, or ``{"id": ...}`` for a custom voice (as the OpenAI SDK allows)."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, str) and 1 <= len(data) <= 64:
-            return data
-        if isinstance(data, dict) and isinstance(data.get("id"), str) and 1 <= len(data["id"]) <= 200:
-            return data
-        fail("Must be a voice name (1 to 64 characters) or an object with a string 'id'.")
-
-    def to_representation(self, value):
-        return value
-
-
-class SpeechRequest(StrictSerializer):
-    """Speech synthesis; any member not listed is refused with unknown_parameter."""
-
-    model = StrictCharField(max_length=MODEL_ID_MAX)
-    input = StrictCharField(max_length=SPEECH_INPUT_MAX)
-    voice = Voice()
-    response_format = optional(StrictChoiceField, choices=SPEECH_FORMATS, default=SPEECH_DEFAULTS["response_format"])
-    speed = optional(StrictFloatField, min_value=SPEECH_SPEED[0], max_value=SPEECH_SPEED[1],
-                     default=SPEECH_DEFAULTS["speed"])
-    instructions = optional(StrictCharField, max_length=4096)
-
-    def to_internal_value(self, data):
-        return {**SPEECH_DEFAULTS, **super().to_internal_value(data)}
-
-
-# ---------------------------------------------------------------- embeddings
-
-@extend_schema_field({"oneOf": [
-    {"type": "string", "minLength": 1},
-    {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1,
-     "maxItems": settings.MAX_EMBEDDING_INPUTS},
-]})
-class EmbeddingInput(serializers.Field):
-    def to_internal_value(self, data):
-        if isinstance(data, str):
-            if not data:
-                fail("Must not be empty.", code="blank")
-            return data
-        if not isinstance(data, list) or not data:
-            fail("Must be a string or a non-empty array of strings.")
-        if len(data) > settings.MAX_EMBEDDING_INPUTS:
-            fail(f"At most {settings.MAX_EMBEDDING_INPUTS} inputs per request.")
-        errors = {index: [ErrorDetail("Must be a non-empty string.", code="invalid")]
-                  for index, item in enumerate(data) if not isinstance(item, str) or not item}
-        if errors:
-            raise ValidationError(errors)
-        return data
-
-    def to_representation(self, value):
-        return value
-
-
-class EmbeddingsRequest(StrictSerializer):
-    """Embeddings of a string or an array of strings; any member not listed is refused with unknown_parameter.
-
-    With ``dimensions``, the number of inputs times the dimensions may be at most MAX_EMBEDDING_VALUES.
-    """
-
-    model = StrictCharField(max_length=MODEL_ID_MAX)
-    input = EmbeddingInput()
-    encoding_format = optional(StrictChoiceField, choices=EMBEDDING_FORMATS, default="float")
-    dimensions = optional(StrictIntegerField, min_value=1, max_value=MAX_EMBEDDING_DIMENSIONS)
-    user = optional(StrictCharField, max_length=256)
-
-    def validate(self, attrs):
-        # Every value is computed, sent back as JSON and, on the local model, done in this process:
-        # one cheap request must not ask for millions of them.
-        inputs = len(attrs["input"]) if isinstance(attrs["input"], list) else 1
-        dimensions = attrs.get("dimensions")
-        if dimensions is not None and inputs * dimensions > settings.MAX_EMBEDDING_VALUES:
-            raise ValidationError({"input": [ErrorDetail(
-                f"{inputs} inputs of {dimensions} dimensions is {inputs * dimensions} values; one request may ask "
-                f"for at most {settings.MAX_EMBEDDING_VALUES}. Send fewer inputs or fewer dimensions.",
-                code="invalid")]})
-        return attrs
-
-    def to_internal_value(self, data):
-        return {"encoding_format": "float", **super().to_internal_value(data)}
-
-
-# ---------------------------------------------------------------- response shapes (OpenAPI)
-
-class Usage(serializers.Serializer):
-    prompt_tokens = serializers.IntegerField()
-    completion_tokens = serializers.IntegerField(required=False)
-    total_tokens = serializers.IntegerField()
-    cost = serializers.IntegerField(required=False, help_text="Credits charged, for a model priced by the token "
-                                                             "(docs/pricing.md).")
-
-
-class ChatChoiceMessage(serializers.Serializer):
-    role = serializers.CharField()
-    content = serializers.CharField(allow_null=True)
-
-
-class ChatChoice(serializers.Serializer):
-    index = serializers.IntegerField()
-    message = ChatChoiceMessage()
-    logprobs = serializers.JSONField(allow_null=True)
-    finish_reason = serializers.CharField(allow_null=True)
-
-
-class ChatCompletion(serializers.Serializer):
-    id = serializers.CharField()
-    object = serializers.CharField(help_text="chat.completion")
-    created = serializers.IntegerField()
-    model = serializers.CharField()
-    choices = ChatChoice(many=True)
-    usage = Usage(required=False)
-    system_fingerprint = serializers.CharField(allow_null=True, required=False)
-
-
-class GeneratedImage(serializers.Serializer):
-    url = serializers.CharField(allow_null=True, help_text="Filled when response_format is url.")
-    b64_json = serializers.CharField(allow_null=True, help_text="Filled when response_format is b64_json.")
-    revised_prompt = serializers.CharField(required=False)
-
-
-class ImageGenerationResult(serializers.Serializer):
-    created = serializers.IntegerField()
-    data: Any = GeneratedImage(many=True)  # a field: DRF's metaclass takes it off the class
-    remaining_credits = serializers.IntegerField()
-
-
-class SpeechResult(serializers.Serializer):
-    object = serializers.CharField(help_text="audio.speech")
-    model = serializers.CharField()
-    audio_url = serializers.CharField()
-    format = serializers.CharField(help_text="Format of the stored file (local models write wav).")
-    content_type = serializers.CharField()
-    created = serializers.IntegerField()
-    remaining_credits = serializers.IntegerField()
-
-
-class EmbeddingItem(serializers.Serializer):
-    object = serializers.CharField(help_text="embedding")
-    index = serializers.IntegerField()
-    embedding = serializers.JSONField(help_text="Array of floats, or base64 of little-endian float32.")
-
-
-class EmbeddingsResult(serializers.Serializer):
-    object = serializers.CharField(help_text="list")
-    data: Any = EmbeddingItem(many=True)  # a field: DRF's metaclass takes it off the class
-    model = serializers.CharField()
-    usage = Usage()
-    embedding = serializers.JSONField(help_text="One vector for a string input, a list of vectors for an array.")
-    remaining_credits = serializers.IntegerField()

@@ -11,7 +11,7 @@ from rest_framework.response import Response
 
 from gateway import deployments
 from keys.views import AdminView, _actor
-from utils_app.errors import parse_json_object
+from utils_app.json_body import parse_json_object
 from utils_app.serializers import StrictCharField, StrictSerializer, optional
 from utils_app.schema import error_responses
 

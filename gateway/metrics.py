@@ -14,7 +14,8 @@ from prometheus_client.core import GaugeMetricFamily
 from keys.ledger import pending_charges
 from models_catalog.models import Deployment
 from utils_app import metrics
-from utils_app.errors import AccessDenied, MethodNotAllowed, json_error
+from utils_app.error_handler import json_error
+from utils_app.errors import AccessDenied, MethodNotAllowed
 
 log = logging.getLogger("gateway.metrics")
 

@@ -12,7 +12,8 @@ from gateway.pipeline import CLIENT_CLOSED, Meter, failure_kind
 from gateway.prices import cached_tokens, ledger_tokens, metered_usage
 from gateway.upstream.shapes import ChunkStream, prompt_text
 from utils_app import metrics
-from utils_app.errors import GatewayError, as_gateway_error
+from utils_app.error_handler import as_gateway_error
+from utils_app.errors import GatewayError
 
 
 class ClientClosed(GatewayError):

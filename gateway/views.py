@@ -24,7 +24,9 @@ from gateway.upstream import honour
 from keys import limits
 from keys.models import ApiKey
 from models_catalog import catalog
-from utils_app.errors import GatewayError, MethodNotAllowed, NotFound, RequestTooLarge, json_error, parse_json_object
+from utils_app.error_handler import json_error
+from utils_app.errors import GatewayError, MethodNotAllowed, NotFound, RequestTooLarge
+from utils_app.json_body import parse_json_object
 from utils_app.schema import error_responses
 from utils_app.serializers import StrictSerializer
 

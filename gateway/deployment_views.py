@@ -1,7 +1,7 @@
 """The admin API of upstream pools: list deployments with their health, disable and enable them by hand.
 
 Admin keys only, like the key operations (keys.views.AdminView). It lives on the top floor
-because it reads the routing's shared health (gateway.routing). Every change goes through
+because it reads the routing's shared health (gateway.deployment_health). Every change goes through
 gateway.deployments, as the staff page's buttons do, and is written to the audit log.
 """
 from drf_spectacular.types import OpenApiTypes

@@ -53,7 +53,7 @@ class LedgerCollector:
 
 
 class DeploymentCollector:
-    """How many deployments are disabled right now: the database says so (gateway.routing)."""
+    """How many deployments are disabled right now: the database says so (gateway.deployment_health)."""
 
     def collect(self):
         try:

@@ -156,7 +156,8 @@ class ChatRelay:
             error = as_gateway_error(exc)
             metrics.upstream_failed(provider=self._meter.provider, kind=failure_kind(exc))
             if self._meter.deployment is not None:
-                deployment_health.failed(self._meter.deployment, exc)  # after the commit point it still counts against it
+                # After the commit point it still counts against the deployment.
+                deployment_health.failed(self._meter.deployment, exc)
             self._upstream.close()
             # The stream passed its commit point before the gateway answered (upstream.ChunkStream),
             # so the client has output: the charge stands, and the usage row says how it ended.

@@ -27,7 +27,7 @@ from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail, ValidationError
 
 from gateway.json_schemas import check_chat_schemas
-from gateway.local_models import MAX_EMBEDDING_DIMENSIONS
+from gateway.local_media import MAX_EMBEDDING_DIMENSIONS
 from utils_app.errors import InvalidRequest
 from utils_app.speed.validation import GivenFieldsOnly
 from utils_app.serializers import (

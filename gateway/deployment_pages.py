@@ -1,6 +1,6 @@
 """The staff page of upstream pools: every deployment's state and last hour, with disable, enable and probe.
 
-It reads the routing's shared health (gateway.routing), so it lives on the top floor,
+It reads the routing's shared health (gateway.deployment_health), so it lives on the top floor,
 served under the staff site's prefix (gateway/urls.py includes these URLs before the
 admin's own, whose catch-all would swallow them) and wrapped by admin.site.admin_view,
 which sends anyone who is not signed-in staff to the login page and checks CSRF. Seeing

@@ -1,7 +1,7 @@
 """The admin API of upstream pools: list deployments with their health, disable and enable them by hand.
 
 Admin keys only, like the key operations (keys.views.AdminView). It lives on the top floor
-because it reads the routing's shared health (gateway.routing). Every change goes through
+because it reads the routing's shared health (gateway.deployment_health). Every change goes through
 gateway.deployments, as the staff page's buttons do, and is written to the audit log.
 """
 from drf_spectacular.types import OpenApiTypes
@@ -11,7 +11,7 @@ from rest_framework.response import Response
 
 from gateway import deployments
 from keys.views import AdminView, _actor
-from utils_app.errors import parse_json_object
+from utils_app.json_body import parse_json_object
 from utils_app.serializers import StrictCharField, StrictSerializer, optional
 from utils_app.schema import error_responses
 

@@ -2,11 +2,11 @@
 
 Both doors list, disable, enable and probe through these functions, so they show the
 same figures and write the same audit entries. What a deployment is doing right now
-(cooling, its last hour) comes from gateway.routing's shared health; whether it is
+(cooling, its last hour) comes from gateway.deployment_health's shared health; whether it is
 disabled, from the database.
 
 A disable by hand takes out that one deployment. A refused secret disables every
-deployment of the secret at once (routing.disable), because the secret is bad for every
+deployment of the secret at once (deployment_health.disable), because the secret is bad for every
 model; a person who disables one deployment by hand means that one (a model's upstream
 name being retired at one provider, say), so the others sharing its secret keep serving,
 and it stays disabled until a person enables it: probes only re-enable what the router
@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 from django.db import transaction
 
-from gateway import probes, routing
+from gateway import deployment_health, probes
 from keys.services import audit
 from models_catalog import catalog
 from models_catalog.models import AiModel, Deployment
@@ -33,7 +33,7 @@ class Row:
     """A deployment with its health: what the admin API answers and the staff page shows."""
 
     deployment: Deployment
-    health: routing.DeploymentState
+    health: deployment_health.DeploymentState
 
     @property
     def cooldown_until(self) -> datetime | None:
@@ -61,7 +61,7 @@ def _deployments():
 
 def rows(deployments: list[Deployment]) -> list[Row]:
     """Each deployment with its health, read in one round trip to the shared cache."""
-    health = routing.states(deployments)
+    health = deployment_health.states(deployments)
     return [Row(deployment, health[deployment.pk]) for deployment in deployments]
 
 
@@ -101,7 +101,7 @@ def disable(*, deployment: Deployment, reason: str | None, actor: str) -> Row:
     reason = (reason or "").strip()[:REASON_MAX_LENGTH] or f"disabled by hand ({actor})"
     with transaction.atomic():
         # Conditional, so two people disabling it at once write one change and one audit entry.
-        changed = routing.disable(deployment, reason=reason, same_secret=False, by_hand=True)
+        changed = deployment_health.disable(deployment, reason=reason, same_secret=False, by_hand=True)
         after = row(deployment)
         if changed:
             audit(actor=actor, action="disable_deployment", key=None, before=before.record(), after=after.record())
@@ -116,7 +116,7 @@ def enable(*, deployment: Deployment, actor: str) -> Row:
     if before.health.state in ("healthy", "not_configured"):
         return before
     with transaction.atomic():
-        routing.enable(deployment)
+        deployment_health.enable(deployment)
         after = row(deployment)
         audit(actor=actor, action="enable_deployment", key=None, before=before.record(), after=after.record())
     return after

@@ -38,7 +38,8 @@ from gateway.notes import RequestNotes
 from gateway.views import KeyLimitedView, MeteredView
 from models_catalog import catalog
 from models_catalog.views import ModelDetailView, ModelListView
-from utils_app.errors import AccessDenied, GatewayError, NotFound, RequestTooLarge, parse_json_object
+from utils_app.errors import AccessDenied, GatewayError, NotFound, RequestTooLarge
+from utils_app.json_body import parse_json_object
 from utils_app.schema import ErrorBody
 
 VERSIONS = ("v1beta", "v1")
@@ -57,7 +58,7 @@ GOOGLE_ERRORS = {status: OpenApiResponse(GoogleErrorBody,
                                           description=f"Google's status {status_word(status)}")
                  for status in (400, 401, 402, 403, 404, 405, 409, 413, 422, 429, 500, 502, 503, 504)}
 # A path whose version, model or method matches no route of Google's API names no operation at all: it gets
-# the service's usual 404 (utils_app.errors.handler404), not Google's.
+# the service's usual 404 (utils_app.error_handler.handler404), not Google's.
 GOOGLE_ERRORS[404] = OpenApiResponse(
     PolymorphicProxySerializer(component_name="GoogleOrGatewayErrorBody", serializers=[GoogleErrorBody, ErrorBody],
                                resource_type_field_name=None),

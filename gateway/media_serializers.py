@@ -13,7 +13,7 @@ from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail, ValidationError
 
 from gateway.chat_serializers import MODEL_ID_MAX
-from gateway.local_models import MAX_EMBEDDING_DIMENSIONS
+from gateway.local_media import MAX_EMBEDDING_DIMENSIONS
 from utils_app.serializers import (
     StrictCharField,
     StrictChoiceField,

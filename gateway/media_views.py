@@ -9,7 +9,8 @@ from gateway import media, services
 from gateway.media_serializers import EmbeddingsRequest, ImageGenerationRequest, SpeechRequest
 from gateway.output_serializers import EmbeddingsResult, ImageGenerationResult, SpeechResult
 from gateway.views import ERRORS, METERED_HEADERS, MeteredView, body_example
-from utils_app.errors import MethodNotAllowed, NotFound, json_error
+from utils_app.error_handler import json_error
+from utils_app.errors import MethodNotAllowed, NotFound
 
 
 def wants_raw_audio(accept: str) -> bool:

@@ -14,7 +14,8 @@ from gateway.messages import errors as messages_errors
 from gateway.messages import request as messages_request
 from gateway.notes import notes_of
 from gateway.views import METERED_HEADERS, KeyLimitedView, MeteredView, body_example
-from utils_app.errors import RequestTooLarge, parse_json_object
+from utils_app.errors import RequestTooLarge
+from utils_app.json_body import parse_json_object
 
 
 AnthropicErrorBody = inline_serializer(name="AnthropicErrorBody", fields={

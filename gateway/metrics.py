@@ -14,7 +14,8 @@ from prometheus_client.core import GaugeMetricFamily
 from keys.ledger import pending_charges
 from models_catalog.models import Deployment
 from utils_app import metrics
-from utils_app.errors import AccessDenied, MethodNotAllowed, json_error
+from utils_app.error_handler import json_error
+from utils_app.errors import AccessDenied, MethodNotAllowed
 
 log = logging.getLogger("gateway.metrics")
 
@@ -52,7 +53,7 @@ class LedgerCollector:
 
 
 class DeploymentCollector:
-    """How many deployments are disabled right now: the database says so (gateway.routing)."""
+    """How many deployments are disabled right now: the database says so (gateway.deployment_health)."""
 
     def collect(self):
         try:

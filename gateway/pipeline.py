@@ -25,7 +25,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, 
 
 from django.conf import settings
 
-from gateway import idempotency, metering, metering_sql, routing, sweeper, upstream
+from gateway import deployment_health, idempotency, metering, metering_sql, routing, sweeper, upstream
 from gateway.metering import Idempotency
 from gateway.notes import notes_of
 from gateway.prices import Hold, held_amount, token_prices
@@ -172,7 +172,7 @@ class Meter:
             except (UpstreamError, UpstreamRejected, UnsupportedParameter) as exc:
                 self._upstream_took(deployment.provider.name, time.perf_counter() - started)
                 metrics.upstream_failed(provider=deployment.provider.name, kind=failure_kind(exc))
-                routing.failed(deployment, exc)
+                deployment_health.failed(deployment, exc)
                 self._note_attempt(deployment, exc)
                 if not exc.retry:
                     raise
@@ -180,7 +180,7 @@ class Meter:
                 continue
             seconds = time.perf_counter() - started
             self._upstream_took(deployment.provider.name, seconds)
-            routing.succeeded(deployment, seconds)
+            deployment_health.succeeded(deployment, seconds)
             self.ignored = list(dict.fromkeys(adapter.ignored))  # each name once, in the order first met
             if self.line is not None:
                 self.line.ignored = self.ignored

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import DatabaseError, close_old_connections, connection
 
-from gateway import routing, upstream
+from gateway import deployment_health, upstream
 from models_catalog import catalog
 from models_catalog.models import Deployment
 from utils_app.db import unavailable_cause
@@ -56,7 +56,7 @@ def probe(deployment: Deployment) -> ProbeResult:
     if deployment.disabled and not deployment.disabled_by_hand:
         for sibling in Deployment.objects.filter(provider_id=deployment.provider_id, secret_env=deployment.secret_env,
                                                  disabled_at__isnull=False, disabled_by_hand=False):
-            routing.enable(sibling)
+            deployment_health.enable(sibling)
         deployment.disabled_at = None
         enabled = True
         log.warning("deployment %s (%s, provider %s) answered its probe: enabled again", deployment.pk,
@@ -106,7 +106,7 @@ def _upkeep() -> None:
     while True:
         time.sleep(UPKEEP_SECONDS)
         try:
-            routing.flush()
+            deployment_health.flush()
             if settings.PROBE_SECONDS and time.monotonic() >= next_probe:
                 next_probe = time.monotonic() + settings.PROBE_SECONDS
                 if _claim(settings.PROBE_SECONDS):

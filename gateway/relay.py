@@ -6,13 +6,14 @@ from collections.abc import Generator, Iterator
 
 from django.conf import settings
 
-from gateway import metering, routing
+from gateway import deployment_health, metering
 from gateway.tokens import count_tokens
 from gateway.pipeline import CLIENT_CLOSED, Meter, failure_kind
 from gateway.prices import cached_tokens, ledger_tokens, metered_usage
 from gateway.upstream.shapes import ChunkStream, prompt_text
 from utils_app import metrics
-from utils_app.errors import GatewayError, as_gateway_error
+from utils_app.error_handler import as_gateway_error
+from utils_app.errors import GatewayError
 
 
 class ClientClosed(GatewayError):
@@ -155,7 +156,8 @@ class ChatRelay:
             error = as_gateway_error(exc)
             metrics.upstream_failed(provider=self._meter.provider, kind=failure_kind(exc))
             if self._meter.deployment is not None:
-                routing.failed(self._meter.deployment, exc)  # after the commit point it still counts against it
+                # After the commit point it still counts against the deployment.
+                deployment_health.failed(self._meter.deployment, exc)
             self._upstream.close()
             # The stream passed its commit point before the gateway answered (upstream.ChunkStream),
             # so the client has output: the charge stands, and the usage row says how it ended.

@@ -14,7 +14,8 @@ from gateway.responses.request import check_request
 from gateway.responses.store import input_items_page, not_found, previous
 from gateway.models import StoredResponse
 from gateway.views import ERRORS, METERED_HEADERS, KeyLimitedView, MeteredView, body_example
-from utils_app.errors import ClientError, GatewayError, parse_json_object
+from utils_app.errors import ClientError, GatewayError
+from utils_app.json_body import parse_json_object
 from utils_app.schema import error_responses
 
 RESPONSES_REQUEST = {

@@ -17,7 +17,8 @@ from rest_framework.response import Response
 from keys.models import TIER_DESCRIPTIONS, TIERS
 from models_catalog.catalog import snapshot
 from models_catalog.models import MODEL_TYPES
-from utils_app.errors import MethodNotAllowed, json_error
+from utils_app.error_handler import json_error
+from utils_app.errors import MethodNotAllowed
 from utils_app.limits import PublicAPIView
 from utils_app.views import HtmlPage
 

@@ -6,7 +6,7 @@ from gateway.deployment_views import DeploymentListView, DisableDeploymentView, 
 from gateway.metrics import metrics_view
 from gateway.site import LandingView, favicon
 from keys.auth import name_sent_key
-from utils_app import errors
+from utils_app import error_handler
 
 urlpatterns = [
     # The metered operations first: resolving the request path's own URLs tries no other app's patterns.
@@ -33,13 +33,13 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),  # off (404) unless METRICS_TOKEN or METRICS_ALLOW is set
 ]
 
-handler400 = "utils_app.errors.handler400"
-handler403 = "utils_app.errors.handler403"
-handler500 = "utils_app.errors.handler500"
+handler400 = "utils_app.error_handler.handler400"
+handler403 = "utils_app.error_handler.handler403"
+handler500 = "utils_app.error_handler.handler500"
 
 
 def handler404(request, exception=None):
     """A path the service does not have: the JSON 404 of every unknown path, and the key the request sent
     named on its summary line (keys.auth.name_sent_key says what that may cost)."""
     name_sent_key(request)
-    return errors.handler404(request, exception)
+    return error_handler.handler404(request, exception)

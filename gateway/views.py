@@ -23,7 +23,8 @@ from gateway.upstream import honour
 from keys import limits
 from keys.auth import BearerKeyAuthentication, HasApiKey
 from models_catalog import catalog
-from utils_app.errors import GatewayError, parse_json_object
+from utils_app.errors import GatewayError
+from utils_app.json_body import parse_json_object
 from utils_app.schema import error_responses
 from utils_app.serializers import StrictSerializer
 

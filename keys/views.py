@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 from keys import serializers as s
 from keys.auth import BearerKeyAuthentication, IsAdminKey
 from keys.services import find_key, issue_key, set_active, update_key
-from utils_app.errors import parse_json_object
+from utils_app.json_body import parse_json_object
 from utils_app.schema import error_responses
 
 

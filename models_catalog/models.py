@@ -131,7 +131,7 @@ class AiModel(models.Model):
 class Deployment(models.Model):
     """One way to serve a model: a provider, one of its secrets, and the name that upstream knows the model by.
 
-    Its health (failures, cooldowns, latency, rpm) lives in the shared cache (gateway.routing);
+    Its health (failures, cooldowns, latency, rpm) lives in the shared cache (gateway.deployment_health);
     only whether it is disabled lives here, because a bad secret stays bad across restarts
     until a probe or a person says otherwise.
     """

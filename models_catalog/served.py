@@ -7,7 +7,7 @@ other processes pick a change up within CATALOG_CACHE_SECONDS.
 It is shared by every request of the process, so what it holds cannot change under them:
 no ORM instance is reachable from it, and nothing sets an attribute on it. What a request
 learns about a deployment while it runs (a failure that disabled it, its health) lives in
-gateway.routing, keyed by the deployment's id.
+gateway.deployment_health, keyed by the deployment's id.
 
 The values keep the attribute names of the rows they come from (``pk``, ``model_id``,
 ``cost``, ``pool``, ``provider.timeout`` ...), so that code reading a model or a deployment
@@ -74,7 +74,7 @@ class ServedDeployment:
     priority: int
     weight: int
     rpm: int
-    disabled: bool  # in the database when the snapshot was read (gateway.routing knows of later ones)
+    disabled: bool  # in the database when the snapshot was read (gateway.deployment_health knows of later ones)
     # Its model, whose pool holds it: left out of comparisons and the repr, which would go round the loop.
     model: "ServedModel" = field(compare=False, repr=False)
 

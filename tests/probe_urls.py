@@ -5,7 +5,7 @@ from rest_framework.views import APIView
 
 from gateway.urls import handler400, handler403, handler404, handler500  # noqa: F401
 from keys.auth import BearerKeyAuthentication, HasApiKey, IsAdminKey
-from utils_app.errors import parse_json_object
+from utils_app.json_body import parse_json_object
 
 
 class KeyView(APIView):

@@ -188,7 +188,7 @@ def database_from_url(url: str, *, data_dir: Path) -> dict:
         # A request waits for a connection at most DATABASE_POOL_TIMEOUT once the server
         # refuses connections, and at most DATABASE_POOL_QUEUE_TIMEOUT behind busy ones while
         # it accepts them (utils_app.postgresql.base); then it is answered 503
-        # service_unavailable (utils_app.errors). Dead connections are dropped before use.
+        # service_unavailable (utils_app.error_handler). Dead connections are dropped before use.
         # A management command opens what it uses; a served worker opens its whole pool at
         # start (utils_app.db.open_whole_pool).
         refused_wait = env_float("DATABASE_POOL_TIMEOUT", 3.0, minimum=0.1)

@@ -24,7 +24,8 @@ from gevent import monkey
 
 from utils_app import logging as request_log
 from utils_app import metrics
-from utils_app.errors import ClientError, InvalidRequest, RequestTooLarge, json_error
+from utils_app.error_handler import json_error
+from utils_app.errors import ClientError, InvalidRequest, RequestTooLarge
 from utils_app.limits import client_address
 from utils_app.request_ids import client_request_id, request_id
 

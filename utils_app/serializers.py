@@ -3,7 +3,7 @@
 One rule everywhere: a member must be a JSON value of the declared JSON type and is
 never coerced (plain DRF would turn 5 into "5", "yes" or 1 into True, "2" or 2.0 into
 2), and a member the serializer does not declare is refused with the code
-``unknown_parameter`` instead of being quietly dropped. utils_app.errors turns the
+``unknown_parameter`` instead of being quietly dropped. utils_app.error_handler turns the
 first error into the error body, with the member as a dotted ``param``.
 
 JSON null is refused by every field (DRF's code ``null``, reported as

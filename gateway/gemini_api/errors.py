@@ -1,5 +1,6 @@
 """Errors as Google's API shapes them: ``{"error": {"code", "message", "status"}}``."""
-from utils_app.errors import GatewayError, shaped_exception_handler
+from utils_app.error_handler import shaped_exception_handler
+from utils_app.errors import GatewayError
 
 # Google's status word for each HTTP status the gateway answers with (section 4's statuses are kept; a 402
 # keeps its status and says RESOURCE_EXHAUSTED, as Google says of a spent quota).

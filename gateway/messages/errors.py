@@ -1,5 +1,6 @@
 """Errors as Anthropic's Messages API shapes them: ``{"type": "error", "error": {"type", "message"}}``."""
-from utils_app.errors import GatewayError, shaped_exception_handler
+from utils_app.error_handler import shaped_exception_handler
+from utils_app.errors import GatewayError
 
 # Anthropic's error type for each status the gateway answers with (section 4's statuses are kept).
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",

@@ -1,4 +1,4 @@
-"""The in-process development models (gateway.local_models) behind the adapter protocol.
+"""The in-process development models (gateway.local_models, gateway.local_media) behind the adapter protocol.
 
 Chat: OpenAI's ``tools``, ``tool_choice`` and ``response_format`` are read here into what
 ``local_models.chat_answer`` decides on; a request the model cannot make sense of (a forced tool
@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from gateway import local_models
+from gateway import local_media, local_models
 from gateway.media_serializers import IMAGE_DEFAULTS, SPEECH_DEFAULTS, image_dimensions
 from gateway.tokens import count_tokens
 from gateway.upstream import register
@@ -196,7 +196,7 @@ class LocalAdapter:
 
     def images(self, payload: dict[str, Any]) -> list[Image]:
         width, height = image_dimensions(payload.get("size", IMAGE_DEFAULTS["size"]))
-        return [Image(local_models.render_png(width, height, payload["prompt"], seed=seed), "image/png")
+        return [Image(local_media.render_png(width, height, payload["prompt"], seed=seed), "image/png")
                 for seed in range(payload.get("n", IMAGE_DEFAULTS["n"]))]
 
     def speech(self, payload: dict[str, Any]) -> Audio:
@@ -204,16 +204,16 @@ class LocalAdapter:
         voice = voice["id"] if isinstance(voice, dict) else voice
         speed = payload.get("speed", SPEECH_DEFAULTS["speed"])
         if payload.get("response_format") == "pcm":
-            return Audio(local_models.synthesize_pcm(payload["input"], voice=voice, speed=speed), "audio/pcm", "pcm")
-        return Audio(local_models.synthesize_wav(payload["input"], voice=voice, speed=speed), "audio/wav", "wav")
+            return Audio(local_media.synthesize_pcm(payload["input"], voice=voice, speed=speed), "audio/pcm", "pcm")
+        return Audio(local_media.synthesize_wav(payload["input"], voice=voice, speed=speed), "audio/wav", "wav")
 
     def embeddings(self, payload: dict[str, Any]) -> dict[str, Any]:
         texts = payload["input"] if isinstance(payload["input"], list) else [payload["input"]]
-        dimensions = payload.get("dimensions", local_models.EMBEDDING_DIMENSIONS)
+        dimensions = payload.get("dimensions", local_media.EMBEDDING_DIMENSIONS)
         as_base64 = payload.get("encoding_format") == "base64"
         data = []
         for index, text in enumerate(texts):
-            vector: list[float] | str = local_models.embed(text, dimensions)
+            vector: list[float] | str = local_media.embed(text, dimensions)
             if as_base64:
                 # OpenAI's base64 form: the vector packed as little-endian float32.
                 vector = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")

@@ -287,7 +287,7 @@ class HttpTransport:
         one that struck while the upstream was writing an answer the request allowed to be longer than
         ``seconds`` (the attempt's deadline, or a stream's longest silence) could carry at
         UPSTREAM_MIN_TOKENS_PER_SECOND is the request's unless the deployment serves nothing else
-        (SLOW_ANSWER, applied by gateway.routing)."""
+        (SLOW_ANSWER, applied by gateway.deployment_health)."""
         seconds = self.deadline.seconds if seconds is None else seconds
         long_answer = self.demand.output_tokens > seconds * settings.UPSTREAM_MIN_TOKENS_PER_SECOND
         return UpstreamTimeout(f"The upstream provider '{self.name}' did not answer within {seconds:g} seconds.",

@@ -9,7 +9,7 @@ import logging
 import openai
 import pytest
 
-from gateway import probes, routing
+from gateway import deployment_health, probes
 from keys.ledger import mismatches
 from models_catalog.models import Deployment, Provider, UsageEvent
 from tests.gateway.anthropic_fake import (  # noqa: F401 (fixtures)
@@ -337,7 +337,7 @@ def test_a_pool_mixing_openai_and_anthropic_serves_each_in_its_protocol(sdk, cla
 
 
 def test_a_disabled_anthropic_deployment_is_probed_with_one_token(anthropic_provider, claude):
-    routing.disable(Deployment.objects.get(), reason="HTTP 401")
+    deployment_health.disable(Deployment.objects.get(), reason="HTTP 401")
     assert [(result.ok, result.enabled) for result in probes.probe_disabled()] == [(True, True)]
     assert not Deployment.objects.filter(disabled_at__isnull=False).exists()
     request = sent(claude).body

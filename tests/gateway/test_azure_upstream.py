@@ -15,7 +15,7 @@ import openai
 import pytest
 import requests
 
-from gateway import probes, routing
+from gateway import deployment_health, probes
 from keys.ledger import mismatches
 from models_catalog import catalog
 from models_catalog.models import Deployment, Provider, UsageEvent
@@ -215,7 +215,7 @@ def test_an_azure_429_cools_the_deployment_for_its_retry_after(sdk, azure, monke
         other.stop()
     assert len(azure.posts()) == 1
     cooled = Deployment.objects.get(provider__name="azure-eu")
-    state = routing.states([cooled])[cooled.pk]
+    state = deployment_health.states([cooled])[cooled.pk]
     assert state.state == "cooling" and 30 < state.cooldown_until - time.time() <= 37 and not cooled.disabled_at
     assert credits_of(key) == 98 and mismatches() == []
 
@@ -254,7 +254,7 @@ def test_the_secret_is_in_no_url_error_log_line_or_metric_with_a_resource_that_r
 
 def test_an_azure_image_deployment_is_probed_without_generating_an_image(resource, azure):
     deployment = Deployment.objects.select_related("model", "provider").get(model__model_id="az-image")
-    routing.disable(deployment, reason="HTTP 401")
+    deployment_health.disable(deployment, reason="HTTP 401")
     deployment.refresh_from_db()  # as the probes read it: disabled
     result = probes.probe(deployment)
     assert (result.ok, result.enabled) == (True, True)

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gateway import routing
+from gateway import deployment_health
 from gateway.json_schemas import SchemaWalk
 from gateway.tokens import count_tokens
 from gateway.relay import ChatRelay, ReplyTokens
@@ -123,7 +123,7 @@ def nothing_charged(key) -> None:
 
 def not_its_fault(model_id: str) -> None:
     deployment = Deployment.objects.get(model__model_id=model_id)
-    assert routing.states([deployment])[deployment.pk].failures == 0 and not deployment.disabled_at
+    assert deployment_health.states([deployment])[deployment.pk].failures == 0 and not deployment.disabled_at
 
 
 # ---------------------------------------------------------------- images

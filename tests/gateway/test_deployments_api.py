@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from gateway import routing
+from gateway import deployment_health, routing
 from keys.models import AuditLog
 from keys.services import set_active
 from models_catalog import catalog
@@ -175,7 +175,7 @@ def test_a_deployment_whose_secret_is_not_set_here_is_not_configured(client, poo
 
 def test_a_cooling_deployment_says_until_when(client, pool, admin_key):
     one = deployment_of("pooled", "a", "GATEWAY_UPSTREAM_POOL_ONE")
-    routing.cool_down(Deployment.objects.select_related("model", "provider").get(pk=one.pk), 30, why="a test")
+    deployment_health.cool_down(Deployment.objects.select_related("model", "provider").get(pk=one.pk), 30, why="a test")
     item = next(i for i in get(client, LIST, admin_key[1]).json()["deployments"] if i["id"] == one.pk)
     assert item["state"] == "cooling"
     until = datetime.fromisoformat(item["cooldown_until"].replace("Z", "+00:00"))
@@ -314,7 +314,7 @@ def test_an_enable_puts_the_deployment_back_in_rotation_and_is_audited(client, p
 def test_an_enable_ends_a_cooldown_at_once(client, pool, admin_key):
     one = Deployment.objects.select_related("model", "provider").get(
         pk=deployment_of("pooled", "a", "GATEWAY_UPSTREAM_POOL_ONE").pk)
-    routing.cool_down(one, 30, why="a test")
+    deployment_health.cool_down(one, 30, why="a test")
     item = post(client, enable_url(one.pk), {}, admin_key[1]).json()["deployment"]
     assert (item["state"], item["cooldown_until"]) == ("healthy", None)
     assert routing.read_health(catalog.get_model("pooled")).cooling == {}

@@ -10,7 +10,7 @@ import struct
 import openai
 import pytest
 
-from gateway import probes, routing
+from gateway import deployment_health, probes
 from gateway.upstream import images
 from keys.ledger import mismatches
 from models_catalog.models import Deployment, Provider, UsageEvent
@@ -197,7 +197,7 @@ def test_a_prompt_gemini_blocks_is_a_400_content_filter_and_costs_nothing(sdk, g
         client.chat.completions.create(model="gem-chat", messages=HELLO)
     assert (refused.value.code, refused.value.param) == ("content_filter", "messages")
     assert credits_of(key) == 100 and mismatches() == []
-    assert routing.states([Deployment.objects.get(model__model_id="gem-chat")])[
+    assert deployment_health.states([Deployment.objects.get(model__model_id="gem-chat")])[
         Deployment.objects.get(model__model_id="gem-chat").pk].failures == 0
 
 
@@ -227,7 +227,7 @@ def test_an_image_url_the_gateway_may_not_fetch_is_a_400_that_costs_nothing(sdk,
     assert upstream.calls == [] and gemini.posts() == []
     assert credits_of(key) == 100 and mismatches() == []
     deployment = Deployment.objects.get(model__model_id="gem-chat")
-    assert routing.states([deployment])[deployment.pk].failures == 0 and not deployment.disabled_at
+    assert deployment_health.states([deployment])[deployment.pk].failures == 0 and not deployment.disabled_at
 
 
 @pytest.mark.parametrize("extra, param", [({"logit_bias": {"1734": 5}}, "logit_bias"),
@@ -278,7 +278,7 @@ def test_a_gemini_503_is_retried_on_the_next_deployment_and_charged_once(sdk, ge
     assert client.chat.completions.create(model="gem-chat", messages=HELLO).choices[0].message.content == \
         "from the second"
     first = Deployment.objects.get(provider__name="google")
-    assert routing.states([first])[first.pk].failures == 1 and not first.disabled_at
+    assert deployment_health.states([first])[first.pk].failures == 1 and not first.disabled_at
     charged_once(key, provider="google-b")
 
 
@@ -292,7 +292,7 @@ def test_a_gemini_429_cools_the_deployment_for_googles_retry_delay(sdk, gemini, 
     client.chat.completions.create(model="gem-chat", messages=HELLO)
     assert len(gemini.posts()) == 1
     cooled = Deployment.objects.get(provider__name="google")
-    state = routing.states([cooled])[cooled.pk]
+    state = deployment_health.states([cooled])[cooled.pk]
     assert state.state == "cooling" and not cooled.disabled_at
     assert 35 < state.cooldown_until - __import__("time").time() <= 42
 
@@ -399,7 +399,7 @@ def test_a_base64_embedding_is_openais_little_endian_float32(sdk, google, gemini
 
 def test_a_disabled_gemini_deployment_is_probed_with_one_token_and_one_word(google, gemini):
     chat, embed = (Deployment.objects.get(model__model_id=name) for name in ("gem-chat", "gem-embed"))
-    routing.disable(chat, reason="HTTP 400")  # and the embedding one, which shares its key
+    deployment_health.disable(chat, reason="HTTP 400")  # and the embedding one, which shares its key
     assert [(result.ok, result.enabled) for result in probes.probe_disabled()] == [(True, True)]
     assert not Deployment.objects.filter(disabled_at__isnull=False).exists()
     assert probes.probe(Deployment.objects.select_related("model", "provider").get(pk=embed.pk)).ok

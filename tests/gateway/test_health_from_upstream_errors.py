@@ -9,7 +9,7 @@ import json
 import pytest
 import requests
 
-from gateway import routing
+from gateway import deployment_health
 from gateway.upstream.transport import Demand, HttpTransport
 from keys.ledger import mismatches
 from models_catalog.models import Deployment, Provider
@@ -54,8 +54,8 @@ def chat(client, secret, model: str, content: str = "Hello", **body):
     return post(client, CHAT, {"model": model, "messages": [{"role": "user", "content": content}], **body}, secret)
 
 
-def state(deployment: Deployment) -> routing.DeploymentState:
-    return routing.states([deployment])[deployment.pk]
+def state(deployment: Deployment) -> deployment_health.DeploymentState:
+    return deployment_health.states([deployment])[deployment.pk]
 
 
 def untouched(*models) -> None:
@@ -202,7 +202,7 @@ def test_a_deployment_out_of_tokens_is_cooled_whatever_the_size_of_the_request(c
     assert chat(client, secret, "gpt").json()["choices"][0]["message"]["content"] == "Hello from OpenAI"
     deployment_a = Deployment.objects.get(provider__name="a")
     assert state(deployment_a).state == "cooling"
-    routing.enable(deployment_a)
+    deployment_health.enable(deployment_a)
     assert chat(client, secret, "gpt", "word " * 5000).status_code == 200  # large, but a has 10 tokens left
     assert state(deployment_a).state == "cooling" and len(a.calls) == 2
 
@@ -257,7 +257,7 @@ def test_a_dead_deployment_is_cooled_by_long_and_short_requests_alike(client, fa
     for _ in range(2):
         assert_error(chat(client, secret, "slow", max_tokens=4000), 504, "upstream_timeout", "upstream_error")
     assert state(deployment).state == "cooling"
-    routing.enable(deployment)
+    deployment_health.enable(deployment)
     for _ in range(2):  # a tiny request's timeout always counts
         assert_error(chat(client, secret, "slow"), 504, "upstream_timeout", "upstream_error")
     assert state(deployment).state == "cooling"

@@ -7,7 +7,7 @@ import zlib
 
 import pytest
 
-from gateway import local_models
+from gateway import local_media, local_models
 from utils_app import event_loop
 
 
@@ -100,7 +100,7 @@ def test_chat_pieces_are_word_sized():
 
 @pytest.mark.parametrize("width,height", [(64, 64), (1024, 1024), (300, 77), (1, 1)])
 def test_render_png_is_a_valid_png_of_the_asked_size(width, height):
-    png = parse_png(local_models.render_png(width, height, "a red fox", seed=3))
+    png = parse_png(local_media.render_png(width, height, "a red fox", seed=3))
     assert (png["width"], png["height"]) == (width, height)
     assert (png["depth"], png["colour_type"], png["interlace"]) == (8, 2, 0)
     row = 1 + width * 3
@@ -109,20 +109,20 @@ def test_render_png_is_a_valid_png_of_the_asked_size(width, height):
 
 
 def test_render_png_handles_the_largest_size():
-    png = parse_png(local_models.render_png(4096, 4096, "big", seed=0))
+    png = parse_png(local_media.render_png(4096, 4096, "big", seed=0))
     assert (png["width"], png["height"]) == (4096, 4096)
     assert len(png["pixels"]) == 4096 * (1 + 4096 * 3)
 
 
 def test_render_png_is_deterministic_and_depends_on_prompt_and_seed():
-    base = local_models.render_png(128, 96, "a red fox", seed=1)
-    assert base == local_models.render_png(128, 96, "a red fox", seed=1)
-    assert base != local_models.render_png(128, 96, "a blue whale", seed=1)
-    assert base != local_models.render_png(128, 96, "a red fox", seed=2)
+    base = local_media.render_png(128, 96, "a red fox", seed=1)
+    assert base == local_media.render_png(128, 96, "a red fox", seed=1)
+    assert base != local_media.render_png(128, 96, "a blue whale", seed=1)
+    assert base != local_media.render_png(128, 96, "a red fox", seed=2)
 
 
 def test_render_png_draws_a_picture_not_a_flat_colour():
-    png = parse_png(local_models.render_png(200, 200, "stripes", seed=0))
+    png = parse_png(local_media.render_png(200, 200, "stripes", seed=0))
     pixels = png["pixels"]
     row = 1 + 200 * 3
     top_row, bottom_row = pixels[1:row], pixels[199 * row + 1:200 * row]
@@ -133,22 +133,22 @@ def test_render_png_draws_a_picture_not_a_flat_colour():
 @pytest.mark.parametrize("width,height", [(0, 10), (10, 0), (4097, 10), (-1, 5)])
 def test_render_png_refuses_impossible_sizes(width, height):
     with pytest.raises(ValueError):
-        local_models.render_png(width, height, "x")
+        local_media.render_png(width, height, "x")
 
 
 # ---------------------------------------------------------------- speech
 
 def test_synthesize_wav_is_a_16_bit_mono_wav_at_the_asked_rate():
-    rate, channels, width, frames, _ = read_wav(local_models.synthesize_wav("Hello world", voice="alloy"))
+    rate, channels, width, frames, _ = read_wav(local_media.synthesize_wav("Hello world", voice="alloy"))
     assert (rate, channels, width) == (24000, 1, 2)
     assert frames > 0
-    rate, *_ = read_wav(local_models.synthesize_wav("Hello", voice="alloy", sample_rate=16000))
+    rate, *_ = read_wav(local_media.synthesize_wav("Hello", voice="alloy", sample_rate=16000))
     assert rate == 16000
 
 
 def test_speech_duration_scales_with_text_length_and_speed():
     def seconds(text, speed):
-        rate, _, _, frames, _ = read_wav(local_models.synthesize_wav(text, voice="nova", speed=speed))
+        rate, _, _, frames, _ = read_wav(local_media.synthesize_wav(text, voice="nova", speed=speed))
         return frames / rate
 
     normal = seconds("The quick brown fox", 1.0)
@@ -159,23 +159,23 @@ def test_speech_duration_scales_with_text_length_and_speed():
 
 def test_synthesize_pcm_holds_the_same_samples_as_the_wav():
     text = "Same samples"
-    pcm = local_models.synthesize_pcm(text, voice="echo", speed=1.5)
-    *_, frames = read_wav(local_models.synthesize_wav(text, voice="echo", speed=1.5))
+    pcm = local_media.synthesize_pcm(text, voice="echo", speed=1.5)
+    *_, frames = read_wav(local_media.synthesize_wav(text, voice="echo", speed=1.5))
     assert pcm == frames
     assert len(pcm) % 2 == 0
 
 
 def test_speech_is_audible_deterministic_and_voice_dependent():
-    pcm = local_models.synthesize_pcm("abc", voice="alloy")
+    pcm = local_media.synthesize_pcm("abc", voice="alloy")
     samples = struct.unpack(f"<{len(pcm) // 2}h", pcm)
     assert max(samples) > 5000 and min(samples) < -5000
-    assert pcm == local_models.synthesize_pcm("abc", voice="alloy")
-    assert pcm != local_models.synthesize_pcm("abc", voice="onyx")
-    assert pcm != local_models.synthesize_pcm("abd", voice="alloy")
+    assert pcm == local_media.synthesize_pcm("abc", voice="alloy")
+    assert pcm != local_media.synthesize_pcm("abc", voice="onyx")
+    assert pcm != local_media.synthesize_pcm("abd", voice="alloy")
 
 
 def test_empty_speech_input_still_gives_a_playable_file():
-    rate, _, _, frames, data = read_wav(local_models.synthesize_wav("", voice="alloy"))
+    rate, _, _, frames, data = read_wav(local_media.synthesize_wav("", voice="alloy"))
     assert frames > 0
     assert set(data) == {0}  # silence
 
@@ -183,40 +183,40 @@ def test_empty_speech_input_still_gives_a_playable_file():
 @pytest.mark.parametrize("speed", [0, 0.2, 4.5, -1])
 def test_speech_refuses_speeds_out_of_range(speed):
     with pytest.raises(ValueError):
-        local_models.synthesize_wav("hi", voice="alloy", speed=speed)
+        local_media.synthesize_wav("hi", voice="alloy", speed=speed)
 
 
 # ---------------------------------------------------------------- embeddings
 
 def test_embedding_has_the_fixed_dimension_and_unit_norm():
-    vector = local_models.embed("The cat sat on the mat.")
-    assert len(vector) == local_models.EMBEDDING_DIMENSIONS
+    vector = local_media.embed("The cat sat on the mat.")
+    assert len(vector) == local_media.EMBEDDING_DIMENSIONS
     assert math.sqrt(sum(v * v for v in vector)) == pytest.approx(1.0)
-    small = local_models.embed("The cat sat on the mat.", dimensions=16)
+    small = local_media.embed("The cat sat on the mat.", dimensions=16)
     assert len(small) == 16
     assert math.sqrt(sum(v * v for v in small)) == pytest.approx(1.0)
 
 
 def test_embedding_is_deterministic():
-    assert local_models.embed("repeatable text") == local_models.embed("repeatable text")
+    assert local_media.embed("repeatable text") == local_media.embed("repeatable text")
 
 
 def test_similar_texts_are_closer_than_unrelated_ones():
-    anchor = local_models.embed("The cat sat on the warm mat")
-    similar = local_models.embed("A cat was sitting on the mat")
-    unrelated = local_models.embed("Quarterly revenue grew by twelve percent in Europe")
+    anchor = local_media.embed("The cat sat on the warm mat")
+    similar = local_media.embed("A cat was sitting on the mat")
+    unrelated = local_media.embed("Quarterly revenue grew by twelve percent in Europe")
     assert cosine(anchor, similar) > cosine(anchor, unrelated) + 0.2
 
 
 def test_embedding_of_text_without_content_is_the_zero_vector():
-    assert local_models.embed("") == [0.0] * local_models.EMBEDDING_DIMENSIONS
-    assert local_models.embed(" \n\t") == [0.0] * local_models.EMBEDDING_DIMENSIONS
+    assert local_media.embed("") == [0.0] * local_media.EMBEDDING_DIMENSIONS
+    assert local_media.embed(" \n\t") == [0.0] * local_media.EMBEDDING_DIMENSIONS
 
 
 @pytest.mark.parametrize("dimensions", [0, -3, 5000])
 def test_embedding_refuses_impossible_dimensions(dimensions):
     with pytest.raises(ValueError):
-        local_models.embed("text", dimensions=dimensions)
+        local_media.embed("text", dimensions=dimensions)
 
 
 # ---------------------------------------------------------------- off the event loop
@@ -225,16 +225,16 @@ def test_embedding_refuses_impossible_dimensions(dimensions):
 
 def test_under_gevent_the_models_answer_exactly_as_in_place(as_under_gevent):
     big_text = "word " * 20_000
-    results = (local_models.render_png(1024, 512, "a fox", seed=2), local_models.embed(big_text, 64),
-               local_models.synthesize_wav("Hello there", voice="alloy"),
+    results = (local_media.render_png(1024, 512, "a fox", seed=2), local_media.embed(big_text, 64),
+               local_media.synthesize_wav("Hello there", voice="alloy"),
                local_models.chat_reply([{"role": "user", "content": big_text}]))
     assert as_under_gevent._pool is not None  # the big ones went to the threads
 
     as_under_gevent._pool = None
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(event_loop.monkey, "is_module_patched", lambda name: False)
-        in_place = (local_models.render_png(1024, 512, "a fox", seed=2), local_models.embed(big_text, 64),
-                    local_models.synthesize_wav("Hello there", voice="alloy"),
+        in_place = (local_media.render_png(1024, 512, "a fox", seed=2), local_media.embed(big_text, 64),
+                    local_media.synthesize_wav("Hello there", voice="alloy"),
                     local_models.chat_reply([{"role": "user", "content": big_text}]))
     assert results == in_place
     assert as_under_gevent._pool is None
@@ -242,9 +242,9 @@ def test_under_gevent_the_models_answer_exactly_as_in_place(as_under_gevent):
 
 def test_under_gevent_bad_arguments_are_refused_before_any_hand_off(as_under_gevent):
     with pytest.raises(ValueError):
-        local_models.render_png(0, 10, "x")
+        local_media.render_png(0, 10, "x")
     with pytest.raises(ValueError):
-        local_models.synthesize_pcm("Hi", voice="alloy", speed=9)
+        local_media.synthesize_pcm("Hi", voice="alloy", speed=9)
     with pytest.raises(ValueError):
-        local_models.embed("Hi", 0)
+        local_media.embed("Hi", 0)
     assert as_under_gevent._pool is None

@@ -5,7 +5,7 @@ import openai
 import pytest
 import requests
 
-from gateway import local_models
+from gateway import local_media
 from keys.models import ApiKey
 from models_catalog.models import UsageEvent
 
@@ -74,9 +74,9 @@ def test_embeddings_work_through_the_sdk_which_asks_for_base64(sdk):
     client, _ = sdk
     result = client.embeddings.create(model="local-embedding", input=["alpha beta", "gamma"])
     assert [item.index for item in result.data] == [0, 1]
-    assert result.data[0].embedding == pytest.approx(local_models.embed("alpha beta"), abs=1e-6)
+    assert result.data[0].embedding == pytest.approx(local_media.embed("alpha beta"), abs=1e-6)
     floats = client.embeddings.create(model="local-embedding", input="gamma", encoding_format="float")
-    assert floats.data[0].embedding == pytest.approx(local_models.embed("gamma"), abs=1e-12)
+    assert floats.data[0].embedding == pytest.approx(local_media.embed("gamma"), abs=1e-12)
     assert result.usage.prompt_tokens > 0
 
 

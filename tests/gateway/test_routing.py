@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 from django.test.utils import CaptureQueriesContext
 from django.db import connection
 
-from gateway import probes, routing
+from gateway import deployment_health, probes, routing
 from keys.models import ApiKey, LedgerEntry
 from models_catalog import catalog
 from models_catalog.models import AiModel, Deployment, Provider, UsageEvent
@@ -150,8 +150,8 @@ def test_latency_routing_chooses_by_the_figures_successes_wrote_to_the_shared_ca
                             (add_provider("slow", "http://127.0.0.1:9/v1"), {})], routing="latency")
     fast, slow = model.deployments.order_by("provider__name")
     for _ in range(3):
-        routing.succeeded(fast, 0.004)
-        routing.succeeded(slow, 0.254)
+        deployment_health.succeeded(fast, 0.004)
+        deployment_health.succeeded(slow, 0.254)
     pooled = catalog.get_model("pooled")
     read = routing.HealthRead(pooled)
     # This process's waiting figures ride ahead of the reads, so the very same round trip reads them back.
@@ -246,7 +246,7 @@ def test_a_refusal_of_the_request_itself_is_passed_on_and_not_retried(client, fa
     assert b.posts() == []
     assert credits_of(key) == 100
     # The request was at fault, not the deployment: no failure counted against it.
-    assert routing.states([Deployment.objects.get(provider__name="a")])[
+    assert deployment_health.states([Deployment.objects.get(provider__name="a")])[
         Deployment.objects.get(provider__name="a").pk].failures == 0
 
 
@@ -264,7 +264,7 @@ def test_allowed_fails_within_a_minute_cool_a_deployment_down_for_cooldown_secon
         assert answered_by(chat(client, secret)) == "b"
     assert len(a.posts()) == 2
     a_deployment = Deployment.objects.get(provider__name="a")
-    state = routing.states([a_deployment])[a_deployment.pk]
+    state = deployment_health.states([a_deployment])[a_deployment.pk]
     assert state.state == "cooling" and 50 < state.cooldown_until - time.time() <= 60
     assert (state.requests, state.failures) == (2, 2)
 
@@ -296,7 +296,7 @@ def test_an_upstream_429_cools_the_deployment_at_once_for_its_retry_after(client
     answered_by(chat(client, secret))
     assert len(a.posts()) == 1
     a_deployment = Deployment.objects.get(provider__name="a")
-    assert 110 < routing.states([a_deployment])[a_deployment.pk].cooldown_until - time.time() <= 120
+    assert 110 < deployment_health.states([a_deployment])[a_deployment.pk].cooldown_until - time.time() <= 120
 
 
 def test_a_retry_after_longer_than_five_minutes_cools_for_five(client, fakes, free_key):
@@ -306,7 +306,7 @@ def test_a_retry_after_longer_than_five_minutes_cools_for_five(client, fakes, fr
     _, secret = free_key
     answered_by(chat(client, secret))
     a_deployment = Deployment.objects.get(provider__name="a")
-    assert 290 < routing.states([a_deployment])[a_deployment.pk].cooldown_until - time.time() <= 300
+    assert 290 < deployment_health.states([a_deployment])[a_deployment.pk].cooldown_until - time.time() <= 300
 
 
 @pytest.mark.parametrize("status, body", [
@@ -421,7 +421,7 @@ def test_a_stream_that_fails_after_its_commit_point_counts_against_its_deploymen
     body = b"".join(chat(client, secret, stream=True).streaming_content).decode()
     assert "upstream_unavailable" in body
     deployment = model.deployments.get()
-    assert routing.states([deployment])[deployment.pk].failures == 1
+    assert deployment_health.states([deployment])[deployment.pk].failures == 1
 
 
 def test_the_success_path_stays_at_two_statements_with_a_pool(client, fakes, free_key, vendor):
@@ -465,7 +465,7 @@ def test_a_success_is_written_with_the_next_requests_round_trip(client, fakes, f
     for _ in range(3):
         answered_by(chat(client, secret))
     deployment = model.deployments.get()
-    state = routing.states([deployment])[deployment.pk]
+    state = deployment_health.states([deployment])[deployment.pk]
     assert (state.state, state.requests, state.failures) == ("healthy", 3, 0)
     assert state.p50_ms is not None and state.p50_ms < 1000
 
@@ -478,7 +478,7 @@ def test_a_probe_enables_a_disabled_deployment_that_answers_again(client, fakes,
     model = pool("pooled", [(provider, {})])
     other = pool("other", [(provider, {})])
     deployment = model.deployments.get()
-    routing.disable(deployment, reason="HTTP 401")
+    deployment_health.disable(deployment, reason="HTTP 401")
     assert Deployment.objects.filter(disabled_at__isnull=False).count() == 2
     results = probes.probe_disabled()
     assert [(result.ok, result.enabled) for result in results] == [(True, True)]
@@ -491,7 +491,7 @@ def test_a_probe_enables_a_disabled_deployment_that_answers_again(client, fakes,
 def test_a_probe_that_fails_leaves_the_deployment_disabled(fakes):
     a = fakes("a")
     model = pool("pooled", [(add_provider("a", a.base_url), {})])
-    routing.disable(model.deployments.get(), reason="HTTP 401")
+    deployment_health.disable(model.deployments.get(), reason="HTTP 401")
     a.json("/chat/completions", {"error": {"message": "still revoked"}}, status=401)
     [result] = probes.probe_disabled()
     assert not result.ok and "refused this gateway's credentials" in result.detail
@@ -501,7 +501,7 @@ def test_a_probe_that_fails_leaves_the_deployment_disabled(fakes):
 def test_the_probe_command_prints_a_table_and_enables_what_answers(fakes, capsys):
     a = fakes("a")
     model = pool("pooled", [(add_provider("a", a.base_url), {})])
-    routing.disable(model.deployments.get(), reason="HTTP 401")
+    deployment_health.disable(model.deployments.get(), reason="HTTP 401")
     call_command("probe_deployments")
     out = capsys.readouterr().out
     assert "pooled" in out and "ok, enabled again" in out and "1 probed, 0 failed" in out
@@ -533,10 +533,10 @@ def test_the_upkeep_writes_waiting_figures(fakes, client, free_key):
     _, secret = free_key
     answered_by(chat(client, secret))
     deployment = model.deployments.get()
-    assert routing.pending_writes()  # the success waits for the next round trip
-    routing.succeeded(deployment, 0.01)
-    routing.flush()
-    assert not routing.pending_writes()
+    assert deployment_health.pending_writes()  # the success waits for the next round trip
+    deployment_health.succeeded(deployment, 0.01)
+    deployment_health.flush()
+    assert not deployment_health.pending_writes()
 
 
 def test_the_scrape_counts_disabled_deployments_and_attempts_by_outcome(client, fakes, free_key, settings):
@@ -582,7 +582,7 @@ def test_a_parameter_one_deployment_cannot_honour_moves_the_request_to_one_that_
     assert error["param"] == "logit_bias"
     assert credits_of(key) == 99
     a_deployment = Deployment.objects.get(model__model_id="pooled", provider__name="a")
-    assert routing.states([a_deployment])[a_deployment.pk].failures == 0  # not the deployment's fault
+    assert deployment_health.states([a_deployment])[a_deployment.pk].failures == 0  # not the deployment's fault
 
 
 def test_a_deployment_disabled_by_hand_stays_disabled_however_well_it_probes(fakes):
@@ -590,12 +590,12 @@ def test_a_deployment_disabled_by_hand_stays_disabled_however_well_it_probes(fak
     provider = add_provider("a", a.base_url)
     by_hand = pool("pooled", [(provider, {})]).deployments.get()
     by_router = pool("other", [(provider, {"upstream_model": "other"})]).deployments.get()
-    routing.disable(by_hand, reason="retired upstream name", same_secret=False, by_hand=True)
+    deployment_health.disable(by_hand, reason="retired upstream name", same_secret=False, by_hand=True)
     assert not Deployment.objects.get(pk=by_router.pk).disabled  # only that one
-    routing.disable(by_router, reason="HTTP 401")
+    deployment_health.disable(by_router, reason="HTTP 401")
     assert [result.deployment.pk for result in probes.probe_disabled()] == [by_router.pk]
     assert Deployment.objects.get(pk=by_hand.pk).disabled and not Deployment.objects.get(pk=by_router.pk).disabled
-    routing.enable(by_hand)
+    deployment_health.enable(by_hand)
     assert not Deployment.objects.get(pk=by_hand.pk).disabled_by_hand
 
 
@@ -603,8 +603,8 @@ def test_a_cooldown_after_a_disable_does_not_hide_the_disable_from_other_process
     a = fakes("a")
     deployment = pool("pooled", [(add_provider("a", a.base_url), {})]).deployments.get()
     stale = catalog.get_model("pooled")  # the snapshot another process still holds, read before the disable
-    routing.disable(deployment, reason="HTTP 401")
-    routing.cool_down(deployment, 0.01, why="a 429 of a request still in flight")  # must not undo the marker
+    deployment_health.disable(deployment, reason="HTTP 401")
+    deployment_health.cool_down(deployment, 0.01, why="a 429 of a request still in flight")  # must not undo the marker
     clock.advance(0.02)
     assert not stale.pool[0].disabled
     health = routing.read_health(stale)
@@ -616,12 +616,12 @@ def test_a_deployment_a_failure_disabled_is_skipped_by_the_requests_holding_the_
                     (add_provider("b", fakes("b").base_url), {"priority": 2})])
     held = catalog.get_model("pooled")  # by a request in flight, say
     first, second = held.pool
-    routing.disable(first, reason="HTTP 401")
+    deployment_health.disable(first, reason="HTTP 401")
     assert not first.disabled  # the snapshot's value stays as it was read: what routing learnt, it keeps
     assert routing.choose(held, routing.Health(), skip=set()) is second
     fresh = catalog.get_model("pooled")
     assert fresh is not held and fresh.pool[0].disabled  # read again from the database
-    routing.enable(fresh.pool[0])
+    deployment_health.enable(fresh.pool[0])
     assert routing.choose(catalog.get_model("pooled"), routing.Health(), skip=set()).pk == first.pk
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from gateway import routing
+from gateway import deployment_health, routing
 from models_catalog import catalog
 from models_catalog.models import AiModel, Deployment
 from tests.gateway.conftest import (
@@ -153,7 +153,7 @@ def test_failures_seen_by_two_workers_add_up_and_the_cooldown_keeps_both_away(
             assert second.chat() == "backup"
             assert first.chat() == "backup"
         assert len(upstream.posts()) == 2
-    state = routing.states([deployments["primary"]])[deployments["primary"].pk]
+    state = deployment_health.states([deployments["primary"]])[deployments["primary"].pk]
     assert (state.state, state.failures) == ("cooling", 2)
     assert len(backup_upstream.posts()) == 10
 

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from gateway import local_models
+from gateway import local_media
 from keys.models import ApiKey
 from models_catalog.models import UsageEvent
 from tests.gateway.conftest import assert_error, post
@@ -67,7 +67,7 @@ def test_pcm_is_raw_16_bit_samples(client, seeded, local_key):
     body = {"model": "local-speech", "input": "Hi there", "voice": "echo", "response_format": "pcm", "speed": 2}
     response = post(client, SPEECH, body, secret, HTTP_ACCEPT="application/octet-stream")
     assert response["Content-Type"] == "audio/pcm"
-    assert response.content == local_models.synthesize_pcm("Hi there", voice="echo", speed=2)
+    assert response.content == local_media.synthesize_pcm("Hi there", voice="echo", speed=2)
 
 
 @pytest.mark.parametrize("member, value, code", [
@@ -108,7 +108,7 @@ def test_a_string_input_gets_one_vector_in_both_shapes(client, seeded, free_key)
     response = post(client, EMBEDDINGS, {"model": "local-embedding", "input": "the quick brown fox"}, secret)
     assert response.status_code == 200
     body = response.json()
-    assert body["embedding"] == body["data"][0]["embedding"] == local_models.embed("the quick brown fox")
+    assert body["embedding"] == body["data"][0]["embedding"] == local_media.embed("the quick brown fox")
     assert math.isclose(sum(value * value for value in body["embedding"]), 1.0, rel_tol=1e-9)
     assert (body["object"], body["model"], body["data"][0]["object"], body["data"][0]["index"]) == (
         "list", "local-embedding", "embedding", 0)
@@ -131,7 +131,7 @@ def test_base64_is_packed_little_endian_float32(client, seeded, free_key):
                                      "dimensions": 8}, secret).json()
     packed = base64.b64decode(body["embedding"])
     values = struct.unpack("<8f", packed)
-    assert values == pytest.approx(local_models.embed("fox", 8), abs=1e-6)
+    assert values == pytest.approx(local_media.embed("fox", 8), abs=1e-6)
 
 
 @pytest.mark.parametrize("member, value, param, code", [

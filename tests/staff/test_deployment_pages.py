@@ -5,7 +5,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from gateway import routing
+from gateway import deployment_health
 from keys.models import AuditLog
 from models_catalog import catalog
 from models_catalog.models import AiModel, Deployment, Provider
@@ -56,9 +56,9 @@ def messages_of(response) -> list[str]:
 def test_the_page_shows_each_deployments_state_and_last_hour(staff_client, pool):
     one, two = pool["GATEWAY_UPSTREAM_PAGE_1"], pool["GATEWAY_UPSTREAM_PAGE_2"]
     for milliseconds in (100, 120, 140):
-        routing.succeeded(one, milliseconds / 1000)
-    routing.failed(one, UpstreamError("upstream exploded"))
-    routing.cool_down(one, 60, why="a test")
+        deployment_health.succeeded(one, milliseconds / 1000)
+    deployment_health.failed(one, UpstreamError("upstream exploded"))
+    deployment_health.cool_down(one, 60, why="a test")
     Deployment.objects.filter(pk=two.pk).update(disabled_at=timezone.now(), disabled_reason="HTTP 401 from upstream")
     response = staff_client.get(PAGE)
     assert response.status_code == 200
@@ -153,7 +153,7 @@ def test_an_overlong_reason_is_refused_with_a_message(staff_client, pool):
 
 def test_a_probe_enables_a_disabled_deployment_that_answers_and_says_so(staff_client, pool, upstream):
     one = pool["GATEWAY_UPSTREAM_PAGE_1"]
-    routing.disable(one, reason="HTTP 401 from upstream")
+    deployment_health.disable(one, reason="HTTP 401 from upstream")
     response = staff_client.post(action("probe", one), follow=True)
     assert "answered: enabled again" in response.content.decode()
     assert upstream.posts()[-1].body["max_tokens"] == 1

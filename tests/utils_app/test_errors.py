@@ -67,7 +67,7 @@ def test_an_unexpected_error_is_a_500_without_details(client):
 
 
 def test_django_level_500_handler_is_json(rf):
-    from utils_app.errors import handler500
+    from utils_app.error_handler import handler500
 
     response = handler500(rf.get("/"))
     assert response.status_code == 500

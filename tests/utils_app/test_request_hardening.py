@@ -7,7 +7,8 @@ from django.test import Client
 
 from keys.models import ApiKey
 from tests.conftest import bearer
-from utils_app.errors import InvalidRequest, parse_json_object
+from utils_app.errors import InvalidRequest
+from utils_app.json_body import parse_json_object
 
 pytestmark = pytest.mark.django_db
 

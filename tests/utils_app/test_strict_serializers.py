@@ -8,7 +8,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.exceptions import ValidationError
 from rest_framework.views import APIView
 
-from utils_app.errors import validation_error
+from utils_app.error_handler import validation_error
 from utils_app.serializers import (
     BIGINT_MAX,
     BIGINT_MIN,

@@ -23,19 +23,6 @@ class StopReason(StrEnum):
     FUNCTION_CALL = "function_call"  # chat's older single-function call, still read from clients and upstreams
 
 
-def stop_reason(finish: Any) -> StopReason | None:
-    """A chat answer's ``finish_reason`` as the neutral reason: None for none or one no API names."""
-    try:
-        return StopReason(finish) if isinstance(finish, str) else None
-    except ValueError:
-        return None
-
-
-def finish_reason(reason: StopReason) -> str:
-    """The neutral reason as a chat answer's ``finish_reason`` (the reverse of ``stop_reason``)."""
-    return reason.value
-
-
 class PassedThrough(dict[str, Any]):
     """What an adapter hands back for a request it sent as the client wrote it (a Messages request to an
     anthropic deployment, a Responses request to a deployment that speaks it, a Gemini request to a gemini

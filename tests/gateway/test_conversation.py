@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gateway.conversation import PassedThrough, StopReason, finish_reason, stop_reason
+from gateway.conversation import PassedThrough, StopReason
 from gateway.upstream import anthropic_answer, gemini_answer, openai
 from gateway.upstream.shapes import ChunkStream, commits
 
@@ -16,20 +16,6 @@ FOLDED_NEUTRAL = {StopReason.FUNCTION_CALL: StopReason.TOOL_CALLS}
 
 def after_folding(reason: StopReason) -> StopReason:
     return FOLDED_NEUTRAL.get(reason, reason)
-
-
-# ---------------------------------------------------------------- chat's finish reasons (the neutral ones)
-
-@pytest.mark.parametrize("reason", list(StopReason))
-def test_every_neutral_reason_is_its_own_chat_finish_reason_and_reads_back_as_itself(reason):
-    wire = finish_reason(reason)
-    assert type(wire) is str and wire == reason.value
-    assert stop_reason(wire) is reason
-
-
-@pytest.mark.parametrize("wire", [None, "", "paused", 3, ["stop"]])
-def test_a_finish_reason_no_api_names_reads_as_none(wire):
-    assert stop_reason(wire) is None
 
 
 # ---------------------------------------------------------------- Anthropic
@@ -45,7 +31,7 @@ def test_every_neutral_reason_goes_to_anthropic_and_comes_back(reason):
 def test_every_anthropic_stop_reason_comes_in_and_goes_back_out(wire):
     called = wire == "tool_use"
     finish = anthropic_answer.finish_reason(wire, called=called)
-    assert stop_reason(finish) is anthropic_answer.FINISH_REASONS[wire]
+    assert StopReason(finish) is anthropic_answer.FINISH_REASONS[wire]
     out = anthropic_answer.stop_reason(finish, called=called)
     assert out == wire or anthropic_answer.FINISH_REASONS[out] == anthropic_answer.FINISH_REASONS[wire]
 

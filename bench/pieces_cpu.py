@@ -1,28 +1,30 @@
-"""CPU of the request path's pieces, each against the way it was done before, in one gevent-patched process.
+"""CPU of each speed trick of the request path against its plain twin, in one gevent-patched process.
 
     .venv/bin/python bench/pieces_cpu.py [--calls 3000] [--rounds 5]
 
-Serves nothing: it calls the pieces in a loop, each call in a greenlet of its own as a gevent
-worker runs a request, against the bench's private PostgreSQL and Redis (bench/harness.py), and
-reports the best round's CPU per call of this process (other work on the machine only ever adds
-to a round, so the best one is the closest to the piece's own cost). Pairs, now against before:
+Serves nothing: it calls each trick's piece of the request path in a loop, each call in a greenlet of
+its own as a gevent worker runs a request, against the bench's private PostgreSQL, Redis and nginx
+(bench/harness.py), once with the trick's switch on and once off (its plain twin), and reports the
+best round's CPU per call of this process (other work on the machine only ever adds to a round, so
+the best one is the closest to the piece's own cost). One line per trick of utils_app.speed:
 
-- the limits' Redis round trip (utils_app.windows.count_and_read with the routing's two reads):
-  ScriptedRedisCache.round_trip against redis-py's pipeline on the pool's connections;
-- one metered statement (the charge's UPDATE of a key row, parameters bound on the server):
-  DatabaseWrapper.run_alone against Django's cursor with its checkout and close;
-- psycopg waiting for that statement under gevent: utils_app.sockets.wait_gevent against
-  psycopg's own wait (its poll loop, through gevent's patched poll);
-- validating the bench's chat body: GivenFieldsOnly against DRF's Serializer.to_internal_value
-  visiting every field (the fields bound once per class either way);
-- that statement's client side: run_alone through libpq (utils_app.postgresql.base.run_on_libpq)
-  against run_alone through psycopg's cursor.
+- SPEED_REDIS_ROUND_TRIP: the limits' round trip (utils_app.windows.count_and_read with the
+  routing's two reads) on a connection of its own / through redis-py's pipeline;
+- SPEED_STATEMENTS_ALONE: one metered statement (an UPDATE of a key row, parameters bound on the
+  server, prepared) alone on the pool / through a context's own Django wrapper and cursor;
+- SPEED_ONE_PASS_VALIDATION: validating the bench's chat body in one pass / DRF's own way;
+- SPEED_UPSTREAM_POOL: one model call to nginx, its answer read, straight through urllib3's pool /
+  through requests' session.
+
+It prints each trick's µs saved per call and what that is of the machine CPU of a metered request
+(REQUEST_CPU_US, docs/performance.md); the rule is to keep a trick while that is 2 % or more.
 """
 from gevent import monkey
 
 monkey.patch_all()
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -34,6 +36,8 @@ import harness  # noqa: E402
 BODY = {"model": "bench-chat", "messages": [{"role": "system", "content": "You are terse."},
                                             {"role": "user", "content": "Say hello in five words."}],
         "max_tokens": 16}
+# Machine CPU per metered request on PostgreSQL + Redis, µs (docs/performance.md, "The figures").
+REQUEST_CPU_US = 2418
 
 
 def best_microseconds(call, *, calls: int, rounds: int) -> float:
@@ -53,103 +57,65 @@ def best_microseconds(call, *, calls: int, rounds: int) -> float:
     return best * 1e6
 
 
-def measure(calls: int, rounds: int) -> list[tuple[str, float, float]]:
+def measure(calls: int, rounds: int, upstream: str) -> list[tuple[str, float, float]]:
     import django
 
     django.setup()
-    import psycopg
-    from django.core.cache import cache
+    from django.conf import settings
     from django.db import connection
 
-    from rest_framework import serializers
-
     from gateway.chat_serializers import ChatCompletionRequest
-    from utils_app.fastpath import GivenFieldsOnly
     from utils_app import shared, windows
     from utils_app.db import release_connection
-    from utils_app.postgresql import base as backend
+    from utils_app.http import Upstreams
+    from utils_app.speed.statements import statements_wrapper
 
     ops = [shared.get("health:bench"), shared.hgetall("pending:bench")]
-    given_to_internal_value = GivenFieldsOnly.to_internal_value
-    drf_to_internal_value = serializers.Serializer.to_internal_value
-
-    def limits_round_trip():
-        windows.count_and_read("key:1", (60, 3600), read="keys-version", default="v", also=ops)
-
-    def limits_pipeline():  # what run_script did before: redis-py's pipeline on the pool's connections
-        client = cache.client_for_write()
-        now = time.time()
-        positions = [windows._position("key:1", period, now) for period in (60, 3600)]
-        keys = [cache.make_key(f"w:key:1:{period}:{bucket}") for period, (bucket, _) in zip((60, 3600), positions)]
-        keys.append(cache.make_key("keys-version"))
-        pipe = client.pipeline(transaction=False)
-        pipe.eval(windows._INCREMENT_ALL, len(keys), *keys, 2, *(left + 1 for _, left in positions), "v")
-        pipe.get(cache.make_key("health:bench"))
-        pipe.hgetall(cache.make_key("pending:bench"))
-        shared.answers(ops, pipe.execute()[1:])
-
     with connection.cursor() as cursor:
         cursor.execute("SELECT id FROM keys_apikey ORDER BY id LIMIT 1")
         key = cursor.fetchone()[0]
     release_connection(connection)
     statement = "UPDATE keys_apikey SET last_used_at = %(now)s WHERE id = %(key)s RETURNING id"
+    # One Upstreams per side: the trick's pool gives its connections the kernel's check, the twin's keeps urllib3's.
+    upstreams = {True: Upstreams(pool_size=8), False: Upstreams(pool_size=8)}
+    payload = json.dumps(BODY)
 
-    def params():
+    def limits_round_trip():
+        windows.count_and_read("key:1", (60, 3600), read="keys-version", default="v", also=ops)
+
+    def statement_alone():
         from django.utils import timezone
 
-        return {"now": timezone.now(), "key": key}
+        statements_wrapper().run_alone(statement, {"now": timezone.now(), "key": key})
 
-    def alone():
-        connection.run_alone(statement, params())
+    def validation():
+        ChatCompletionRequest.with_data(BODY).validated()
 
-    def through_django():
-        with connection.server_bound_cursor() as cursor:
-            cursor.execute(statement, params())
-            cursor.fetchone()
-        release_connection(connection)
+    def upstream_call():
+        switch = settings.SPEED_UPSTREAM_POOL
+        answer = upstreams[switch].post(upstream, f"{upstream}/chat/completions", data=payload,
+                                        headers={"Content-Type": "application/json"}, timeout=(3.05, 30))
+        answer.raw.read()
+        answer.close()
 
-    ours = backend.Connection.wait
-
-    def psycopg_wait():
-        backend.Connection.wait = psycopg.Connection.wait
-        try:
-            alone()
-        finally:
-            backend.Connection.wait = ours
-
-    def validate_given():
-        ChatCompletionRequest(data=BODY).validated()
-
-    def validate_drf():  # fields still bound once per class (SharedFields): only GivenFieldsOnly is undone
-        GivenFieldsOnly.to_internal_value = drf_to_internal_value
-        try:
-            ChatCompletionRequest(data=BODY).validated()
-        finally:
-            GivenFieldsOnly.to_internal_value = given_to_internal_value
-
-    def through_cursor():
-        backend.run_on_libpq = lambda *args: None  # run_alone then takes psycopg's cursor, as before
-        try:
-            alone()
-        finally:
-            backend.run_on_libpq = on_libpq
-
-    on_libpq = backend.run_on_libpq
-    pairs = [
-        ("limits' Redis round trip: round_trip / redis-py pipeline", limits_round_trip, limits_pipeline),
-        ("one statement: run_alone / Django's cursor, checkout and close", alone, through_django),
-        ("its wait under gevent: wait_gevent / psycopg's poll loop", alone, psycopg_wait),
-        ("validating the chat body: GivenFieldsOnly / DRF's path", validate_given, validate_drf),
-        ("one statement's client: run_on_libpq / psycopg's cursor", alone, through_cursor),
+    tricks = [
+        ("SPEED_REDIS_ROUND_TRIP", "the limits' round trip: own connection / redis-py pipeline", limits_round_trip),
+        ("SPEED_STATEMENTS_ALONE", "one statement: alone on the pool / Django's wrapper and cursor", statement_alone),
+        ("SPEED_ONE_PASS_VALIDATION", "validating the chat body: one pass / DRF's own", validation),
+        ("SPEED_UPSTREAM_POOL", "one upstream call: urllib3's pool / requests' session", upstream_call),
     ]
     results = []
-    for name, now, before in pairs:
-        figures = {"now": [], "before": []}
+    for switch, name, call in tricks:
+        figures: dict[bool, list[float]] = {True: [], False: []}
         for number in range(2):  # each side twice, in turn, so a busy minute falls on both
-            for label, call in (("now", now), ("before", before)) if number % 2 == 0 else (("before", before),
-                                                                                           ("now", now)):
-                figures[label].append(best_microseconds(call, calls=calls, rounds=rounds))
-        results.append((name, min(figures["now"]), min(figures["before"])))
+            for on in ((True, False) if number % 2 == 0 else (False, True)):
+                setattr(settings, switch, on)
+                try:
+                    figures[on].append(best_microseconds(call, calls=calls, rounds=rounds))
+                finally:
+                    setattr(settings, switch, True)
+        results.append((f"{name} ({switch})", min(figures[True]), min(figures[False])))
+        print(f"{results[-1][0]}: {results[-1][1]:.1f} / {results[-1][2]:.1f} µs", flush=True)
     return results
 
 
@@ -161,9 +127,11 @@ def main() -> None:
     harness.stop_on_sigterm()
     workdir = harness.make_workdir("pieces")
     postgres = harness.PrivatePostgres(workdir, max_connections=50)
-    redis = None
+    redis = nginx = None
     try:
         postgres.start()
+        port = harness.free_port(18300)
+        nginx = harness.start_nginx(workdir, port)
         redis = harness.PrivateRedis(workdir)
         gateway = harness.Gateway("postgres+redis", workdir / "gateway", source=harness.ROOT,
                                   database_url=postgres.url("gw_bench_pieces"), redis_url=redis.url(0))
@@ -173,19 +141,20 @@ def main() -> None:
         gateway.manage("issue_key", "--tier", "free", "--credits", "1000")
         os.environ.update(gateway.env)  # this process is the gateway's, as a served worker would be
         sys.path.insert(0, str(harness.ROOT))
-        results = measure(args.calls, args.rounds)
+        results = measure(args.calls, args.rounds, f"http://127.0.0.1:{port}/v1")
     finally:
+        if nginx is not None:
+            nginx.stop()
         if redis is not None:
             redis.stop()
         postgres.stop()
         harness.remove_workdir(workdir, keep=False)
     print(f"\npieces_cpu.py: best of {args.rounds} rounds of {args.calls} calls, each side twice; "
           f"this process's CPU per call, each call in a greenlet of its own\n")
-    print("| piece: now / before | now µs | before µs | saved µs |")
-    print("|---|---:|---:|---:|")
+    print(f"| trick: on / off (switch) | on µs | off µs | saved µs | of {REQUEST_CPU_US} µs a request |")
+    print("|---|---:|---:|---:|---:|")
     for name, now, before in results:
-        print(f"| {name} | {now:.1f} | {before:.1f} | {before - now:.1f} |")
-
+        print(f"| {name} | {now:.1f} | {before:.1f} | {before - now:.1f} | {(before - now) / REQUEST_CPU_US:.1%} |")
 
 if __name__ == "__main__":
     main()

@@ -60,6 +60,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -395,6 +396,12 @@ def table(summary: list[dict], servers: dict) -> str:
     return "\n".join(lines)
 
 
+def speed_switches(project: Path) -> list[str]:
+    """The speed tricks' switches a copy of the project has: the SPEED_* settings of its gateway/settings.py."""
+    text = (project / "gateway" / "settings.py").read_text()
+    return re.findall(r"^(SPEED_[A-Z_]+) = env_bool\(", text, flags=re.MULTILINE)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backends", nargs="+", default=["postgres+redis", "sqlite"], choices=list(BACKENDS))
@@ -415,6 +422,9 @@ def main() -> None:
     parser.add_argument("--max-wait", type=float, default=30, help="…but no longer than this many seconds")
     parser.add_argument("--out", type=Path, help="also write every run's figures as JSON here")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, databases)")
+    parser.add_argument("--tricks", action="store_true",
+                        help="also serve the first source once per speed trick with that trick's switch off "
+                             "(every SPEED_* setting of its gateway/settings.py): each trick re-measured in one run")
     parser.add_argument("--floor-pinned", action="store_true",
                         help="keep each of the floor's workers to a core of its own, as the gateway's gevent "
                              "workers are by default (the floor is not, unless asked)")
@@ -423,6 +433,8 @@ def main() -> None:
     args.rounds = max(1, min(args.rounds, 10))
     args.duration = max(1, min(args.duration, 120))
     sources = [parse_source(spec) for spec in args.source]
+    if args.tricks:
+        sources += [parse_source(f"{args.source[0]},{name}=0") for name in speed_switches(sources[0].path)]
     backends = list(dict.fromkeys(BACKENDS[name] for name in args.backends))
 
     workdir = harness.make_workdir("request_cpu")

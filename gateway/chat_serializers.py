@@ -25,7 +25,7 @@ from rest_framework.exceptions import ErrorDetail, ValidationError
 from gateway.json_schemas import check_chat_schemas
 from gateway.tool_serializers import Tool, ToolCall, ToolChoice
 from utils_app.errors import InvalidRequest
-from utils_app.fastpath import GivenFieldsOnly
+from utils_app.speed.validation import GivenFieldsOnly
 from utils_app.serializers import (
     StrictBooleanField,
     StrictCharField,
@@ -87,7 +87,7 @@ class MessageContent(serializers.Field):
         return value
 
     def quick_check(self):
-        """A string is itself (utils_app.fastpath.quick_check); an array of parts goes the whole way."""
+        """A string is itself (utils_app.speed.validation.quick_check); an array of parts goes the whole way."""
         if type(self) is not MessageContent or self.validators:
             return None
         whole = self.run_validation

@@ -46,7 +46,8 @@ from keys.pricing import TokenPrices
 from models_catalog.models import UsageEvent
 from models_catalog.served import ServedModel
 from utils_app import clock, metrics
-from utils_app.db import one_writer_at_a_time, statements_wrapper
+from utils_app.db import one_writer_at_a_time
+from utils_app.speed.statements import statements_wrapper
 from utils_app.errors import (
     AccessDenied,
     AuthenticationError,

@@ -27,7 +27,7 @@ from django.db import DatabaseError, DataError, IntegrityError, OperationalError
 from gateway import metering_sql as sql
 from utils_app import metrics
 from utils_app.coalesce import Coalescer, GroupInterrupted
-from utils_app.db import statements_wrapper
+from utils_app.speed.statements import statements_wrapper
 
 # What a group answers for a request whose key row another transaction held: its statement runs alone.
 SKIPPED = object()

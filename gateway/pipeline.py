@@ -48,7 +48,8 @@ from utils_app.errors import (
     UpstreamRejected,
     UpstreamTimeout,
 )
-from utils_app.db import release_connection, statements_wrapper
+from utils_app.db import release_connection
+from utils_app.speed.statements import statements_wrapper
 from utils_app.request_ids import request_id
 
 log = logging.getLogger("gateway.metering")

@@ -194,6 +194,14 @@ LEDGER_SWEEP_SECONDS = env_int("LEDGER_SWEEP_SECONDS", 60, minimum=0)
 # On PostgreSQL, how many concurrent requests of a process one charge or one settlement statement may
 # serve at most (gateway.metering: grouped like commits); 1 sends each request's statements alone.
 METERING_GROUP_SIZE = env_int("METERING_GROUP_SIZE", 16, minimum=1, maximum=64)
+# The request path's speed tricks (utils_app.speed), each on by default and each with its plain twin
+# when off: same answers, more CPU (docs/performance.md, "The switches"; bench/pieces_cpu.py).
+SPEED_REDIS_ROUND_TRIP = env_bool("SPEED_REDIS_ROUND_TRIP", True)
+SPEED_ONE_PASS_VALIDATION = env_bool("SPEED_ONE_PASS_VALIDATION", True)
+SPEED_STATEMENTS_ALONE = env_bool("SPEED_STATEMENTS_ALONE", True)
+SPEED_LIBPQ = env_bool("SPEED_LIBPQ", True)
+SPEED_GEVENT_WAITS = env_bool("SPEED_GEVENT_WAITS", True)
+SPEED_UPSTREAM_POOL = env_bool("SPEED_UPSTREAM_POOL", True)
 IDEMPOTENCY_MAX_BODY_BYTES = env_int("IDEMPOTENCY_MAX_BODY_BYTES", 4 * 1024 * 1024, minimum=0)
 IDEMPOTENCY_HOURS = 24
 
@@ -246,7 +254,7 @@ CORS_EXPOSE_HEADERS = [
 # process-local, which is why the embedded default runs one gunicorn worker.
 RATELIMIT_USE_CACHE = "default"
 RATELIMIT_FAIL_OPEN = True
-# Our Redis cache (utils_app.fastpath.ScriptedRedisCache, Django's with scripts) counts with SET NX + INCR
+# Our Redis cache (utils_app.speed.redis_round_trip.ScriptedRedisCache, Django's with scripts) counts with SET NX + INCR
 # like Django's own, which the library supports but does not recognise under another class name;
 # local memory is flagged as not shared, which is the documented single-process default.
 SILENCED_SYSTEM_CHECKS = ["django_ratelimit.W001"] + ([] if SHARED_CACHE else ["django_ratelimit.E003"])

@@ -43,7 +43,7 @@ from utils_app import clock, state
 from utils_app.db import release_connection
 
 if TYPE_CHECKING:
-    from utils_app.fastpath import ScriptedRedisCache
+    from utils_app.speed.redis_round_trip import ScriptedRedisCache
 
 log = logging.getLogger("gateway.keys")
 

@@ -2,7 +2,7 @@
 
 When the cache cannot be reached a read is a miss and a write is skipped, with one warning
 in the log; callers then compute or fetch the value themselves. (The Redis backend with
-Lua scripts that the request limits use is utils_app.fastpath.ScriptedRedisCache.)
+Lua scripts that the request limits use is utils_app.speed.redis_round_trip.ScriptedRedisCache.)
 """
 import logging
 

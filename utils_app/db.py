@@ -20,11 +20,7 @@ import time
 from contextlib import contextmanager
 from typing import NamedTuple
 
-from django.core.signals import setting_changed
-from django.db import DEFAULT_DB_ALIAS, connections
-from django.dispatch import receiver
-
-from utils_app.sockets import readable_now
+from utils_app.speed.sockets import readable_now
 
 # As long as SQLite's own busy timeout (utils_app.env); past it the write goes ahead and
 # SQLite decides, as it did without this lock.
@@ -61,51 +57,6 @@ def ended_by_server(conn) -> bool:
     if conn.closed:
         return True
     return readable_now(conn.fileno())
-
-
-def context_wrapper(alias: str = DEFAULT_DB_ALIAS):
-    """The database wrapper this context (thread, greenlet) has made for ``alias``, or None when it has made none.
-
-    One lookup in Django's context-local store of wrappers, which is what ``connections.all(initialized_only=True)``
-    does for every alias, twice for each one it finds, and building a list besides; a metered request asks
-    this two or three times."""
-    # Django's private store (BaseConnectionHandler._connections), which the stubs leave out.
-    return getattr(connections._connections, alias, None)  # type: ignore[attr-defined]
-
-
-_statement_wrappers: dict = {}  # alias -> this process's wrapper for statements alone, or None where there is none
-
-
-def statements_wrapper(alias: str = DEFAULT_DB_ALIAS):
-    """The database wrapper a request's single statements go through: the context's own when it has one,
-    else, on pooled PostgreSQL, one wrapper of the process that only ever runs statements alone.
-
-    Django keeps a wrapper per thread, which in a gevent worker is per greenlet: each metered request
-    built one (~40 µs of CPU, its features, operations and introspection objects) only to run its two
-    statements alone on pooled connections (``run_alone``), which use nothing of a wrapper but its
-    settings, its pool and its error mapping. The process's wrapper never holds a connection, a
-    transaction or an execute wrapper, so every request may run statements through it at once. The
-    context's own wrapper, when there is one, is used instead: it may hold a connection or be in a
-    transaction, and its query log is the one tests read. On SQLite, or without a pool, the context's
-    wrapper as before (``connections[alias]``)."""
-    own = context_wrapper(alias)
-    if own is not None:
-        return own
-    try:
-        shared = _statement_wrappers[alias]
-    except KeyError:
-        shared = connections.create_connection(alias)
-        # PostgreSQL's wrapper has a pool (None when not configured); the stubs know only the base wrapper.
-        if shared.vendor != "postgresql" or getattr(shared, "pool", None) is None or not hasattr(shared, "run_alone"):
-            shared = None
-        _statement_wrappers[alias] = shared
-    return connections[alias] if shared is None else shared
-
-
-@receiver(setting_changed)
-def _databases_changed(*, setting: str, **kwargs) -> None:
-    if setting == "DATABASES":
-        _statement_wrappers.clear()
 
 
 def release_connection(connection) -> None:

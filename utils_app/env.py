@@ -282,7 +282,7 @@ def cache_from_url(url: str) -> dict:
     if parts.scheme not in ("redis", "rediss", "unix") or (parts.scheme != "unix" and not parts.hostname):
         raise ImproperlyConfigured(f"REDIS_URL must look like redis://host:6379/0, got {url!r}")
     return {
-        "BACKEND": "utils_app.fastpath.ScriptedRedisCache",
+        "BACKEND": "utils_app.speed.redis_round_trip.ScriptedRedisCache",
         "LOCATION": url,
         "KEY_PREFIX": env_str("CACHE_KEY_PREFIX", "gw"),
         "OPTIONS": {

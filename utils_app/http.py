@@ -19,30 +19,21 @@ A session is built once per upstream and shared by every thread of the process:
   once, when the session is built, instead of on every request as requests does by
   default; ~/.netrc is never read, so no credential the service did not choose is sent.
 
-Since such a session carries nothing per call but its headers, ``Upstreams.post`` sends
-a model call straight through the urllib3 pool of the session's own adapter, skipping
-requests' preparing, merging and Response building on every call (docs/performance.md).
+Since such a session carries nothing per call but its headers, ``Upstreams.post`` sends a model
+call straight through the urllib3 pool of the session's own adapter when SPEED_UPSTREAM_POOL is on
+(utils_app.speed.upstream_pool), and through the session's own ``post`` otherwise.
 """
 import json
 import os
-import re
-import socket
 import threading
 from http.cookiejar import DefaultCookiePolicy
-from typing import cast
-
-from urllib.parse import urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
-from urllib3 import Retry
-from urllib3 import Timeout as Urllib3Timeout
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.exceptions import ConnectTimeoutError, NewConnectionError, ProtocolError, ReadTimeoutError, SSLError
 from urllib3.exceptions import HTTPError as Urllib3Error
+from urllib3.exceptions import ReadTimeoutError
 
-from utils_app.sockets import readable_now
-
+from utils_app.speed import upstream_pool
 
 USER_AGENT = "model-gateway/1.0"
 # Just past a multiple of 3 s, TCP's first retransmission: a lost SYN still gets its retry.
@@ -53,10 +44,6 @@ CONNECT_SECONDS = 3.05
 # the socket's errors, but a body read straight from ``response.raw`` meets them bare.
 TRANSPORT_ERRORS = (requests.RequestException, Urllib3Error, OSError)
 
-# What urllib3 makes of ``retries=False, redirect=False`` at every call (Retry.from_int), made once: no
-# retry, no redirect followed. A Retry is never changed in place (each step makes a new one).
-NO_RETRIES = Retry(False, redirect=False)
-
 
 class Upstreams:
     """One pooled session per upstream base URL, built on first use and shared by the threads."""
@@ -66,8 +53,7 @@ class Upstreams:
         self.hosts = hosts  # how many hosts' pools are kept (a provider's own, plus image hosts)
         self.user_agent = user_agent
         self._sessions: dict[str, requests.Session] = {}
-        self._pools: dict[tuple, object] = {}  # (scheme, host:port) -> the adapter's urllib3 pool
-        self._session_headers: dict[str, dict] = {}  # base URL -> {lower-case name: (name, value)}
+        self._pools = upstream_pool.Pools()
         self._lock = threading.Lock()
 
     def session(self, base_url: str) -> requests.Session:
@@ -81,13 +67,10 @@ class Upstreams:
 
     def post(self, base_url: str, url: str, *, data: bytes | str, headers: dict,
              timeout) -> "Answer | requests.Response":
-        """What ``self.session(base_url).post(..., stream=True)`` sends, sent straight through the urllib3
-        connection pool the session's adapter keeps for the upstream (its TLS settings included), with the
-        session's headers under the call's own. The answer's body is left unread.
-
-        requests' per-call machinery (preparing the request, merging settings, building its Response)
-        is about 0.4 ms of CPU per upstream call that a session carrying nothing per call does not
-        need (docs/performance.md). Through a proxy, requests' own path is taken: it knows how.
+        """What ``self.session(base_url).post(..., stream=True)`` sends, with redirects never followed; the
+        answer's body is left unread. Straight through the urllib3 pool the session's adapter keeps
+        for the upstream with the switch on (utils_app.speed.upstream_pool); through a proxy, or with
+        the switch off, by requests' own path.
 
         Redirects are never followed: a model call's body (the user's prompt) and its credential
         are for the provider alone, and an upstream answering 307 to an internal address must not
@@ -95,47 +78,9 @@ class Upstreams:
         """
         session = self.session(base_url)
         body = data.encode() if isinstance(data, str) else data
-        merged = self._merged(base_url, headers, len(body))
-        if session.proxies:
-            prepared = requests.Request("POST", url, data=body, headers=merged).prepare()
-            return session.send(prepared, timeout=timeout, stream=True, allow_redirects=False)
-        parts = urlsplit(url)
-        try:
-            raw = self._pool(base_url, url).urlopen(
-                "POST", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), body=body,
-                headers=merged, redirect=False, retries=NO_RETRIES, assert_same_host=False, preload_content=False,
-                decode_content=False, timeout=Urllib3Timeout(connect=timeout[0], read=timeout[1]))
-        except Urllib3Error as exc:
-            raise _as_requests_error(exc) from exc
-        return Answer(raw)
-
-    def _merged(self, base_url: str, headers: dict, length: int) -> dict:
-        """The session's headers under the call's, as requests merges them (a name in any case
-        replaces the session's, the call's spelling kept), and the body's Content-Length. The
-        session's are set once, when it is built: they are read once, into a dict by lower-case name."""
-        base = self._session_headers.get(base_url)
-        if base is None:
-            base = self._session_headers[base_url] = {
-                name.lower(): (name, value) for name, value in self.session(base_url).headers.items()}
-        merged = base.copy()
-        for name, value in headers.items():
-            merged[name.lower()] = (name, value)
-        merged["content-length"] = ("Content-Length", str(length))
-        return dict(merged.values())
-
-    def _pool(self, base_url: str, url: str):
-        """The connection pool requests would use for ``url`` (its adapter's, with its TLS settings)."""
-        origin = urlsplit(url)[:2]
-        pool = self._pools.get(origin)
-        if pool is None:
-            session = self.session(base_url)
-            adapter = cast(HTTPAdapter, session.get_adapter(url))  # the one _build mounts
-            prepared = requests.Request("POST", url).prepare()
-            pool = adapter.get_connection_with_tls_context(prepared, session.verify)
-            adapter.cert_verify(pool, cast(str, prepared.url), session.verify, None)  # prepare() set it
-            pool.ConnectionCls = _CHECKED_CHEAPLY.get(pool.ConnectionCls, pool.ConnectionCls)
-            self._pools[origin] = pool
-        return pool
+        if session.proxies or not upstream_pool.enabled():
+            return session.post(url, data=body, headers=headers, timeout=timeout, stream=True, allow_redirects=False)
+        return Answer(self._pools.post(session, url, body=body, headers=headers, timeout=timeout))
 
     def _build(self, base_url: str) -> requests.Session:
         session = requests.Session()
@@ -149,30 +94,6 @@ class Upstreams:
         session.mount("http://", adapter)
         session.mount("https://", adapter)
         return session
-
-
-class _CheapCheck:
-    """urllib3's check, at each checkout, that the upstream has not closed a kept-alive connection,
-    asked of the kernel directly (utils_app.sockets): the same answer, without gevent's poll."""
-
-    sock: socket.socket | None  # the connection's, mixed into urllib3's HTTPConnection
-
-    @property
-    def is_connected(self) -> bool:
-        if self.sock is None:
-            return False
-        return not readable_now(self.sock.fileno())
-
-
-class _CheckedHTTPConnection(_CheapCheck, HTTPConnection):
-    pass
-
-
-class _CheckedHTTPSConnection(_CheapCheck, HTTPSConnection):
-    pass
-
-
-_CHECKED_CHEAPLY: dict[type, type] = {HTTPConnection: _CheckedHTTPConnection, HTTPSConnection: _CheckedHTTPSConnection}
 
 
 def timeouts(seconds: float, *, connect: float = CONNECT_SECONDS) -> tuple[float, float]:
@@ -223,18 +144,3 @@ class Answer:
 
     def __exit__(self, *exc_info):
         self.close()
-
-
-def _as_requests_error(exc: Exception) -> Exception:
-    """urllib3's error as requests' adapter raises it, so callers tell a timeout from a refusal the same
-    way on either path (NewConnectionError, a refused connection or an unknown host, is a
-    ConnectTimeoutError to urllib3)."""
-    if isinstance(exc, (NewConnectionError, ProtocolError)):
-        return requests.ConnectionError(exc)
-    if isinstance(exc, ConnectTimeoutError):
-        return requests.ConnectTimeout(exc)
-    if isinstance(exc, ReadTimeoutError):
-        return requests.ReadTimeout(exc)
-    if isinstance(exc, SSLError):
-        return requests.exceptions.SSLError(exc)
-    return requests.ConnectionError(exc)

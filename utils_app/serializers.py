@@ -30,7 +30,9 @@ from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail, ValidationError
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
-from utils_app.fastpath import NOT_QUICK, GivenFieldsOnly, QuickSerializer, SharedFields, Unsure, quick_check, reproduced
+from utils_app.speed.validation import (NOT_QUICK, GivenFieldsOnly, QuickSerializer, SharedFields, Unsure, quick_check,
+                                        reproduced)
+from utils_app.speed.validation import enabled as speed_enabled
 
 # PostgreSQL bigint: a larger figure would fail in the database as a 500, not a 400.
 BIGINT_MIN = -(2**63)
@@ -42,7 +44,7 @@ def fail(message: str, code: str = "invalid"):
     raise ValidationError(ErrorDetail(message, code=code))
 
 
-# ---------------------------------------------------------------- quick checks (utils_app.fastpath.quick_check)
+# ---------------------------------------------------------------- quick checks (utils_app.speed.validation.quick_check)
 
 def _limits(validators, low_kind, high_kind):
     """(lowest, highest, the validators besides those two) of a field: the bounds its Min/Max validators set."""
@@ -300,7 +302,7 @@ class StrictSerializer(SharedFields, GivenFieldsOnly, serializers.Serializer):
     # DRF's own, set by is_valid (and by the quick path below): the validation errors by member.
     _errors: dict[str, Any]
 
-    # Validates with fields bound once per class (utils_app.fastpath.SharedFields).
+    # Validates with fields bound once per class (utils_app.speed.validation.SharedFields).
 
     @reproduced(refuses_unknown=True)
     def to_internal_value(self, data):
@@ -317,10 +319,10 @@ class StrictSerializer(SharedFields, GivenFieldsOnly, serializers.Serializer):
     def validated(self) -> tuple[dict, set]:
         """(validated members with defaults, names the client actually sent with a value); raises when invalid.
 
-        A body the quick path vouches for (utils_app.fastpath.QuickSerializer) is not validated again;
+        A body the quick path vouches for (utils_app.speed.validation.QuickSerializer) is not validated again;
         any other is validated DRF's way, which raises its errors.
         """
-        quick = self._quick()
+        quick = self._quick() if speed_enabled() else None
         if quick is not None:
             try:
                 self._validated_data, self._errors = quick.run(self.initial_data, self), {}

@@ -72,7 +72,7 @@ def key(name: str) -> str:
 # ---------------------------------------------------------------- Redis
 
 def commands(ops: list[Op], make_key=None) -> list[tuple]:
-    """The ops' Redis commands, for one round trip (utils_app.fastpath: not atomic). ``make_key`` is the
+    """The ops' Redis commands, for one round trip (utils_app.speed.redis_round_trip: not atomic). ``make_key`` is the
     cache's, when the caller already holds the cache (each use of Django's ``cache`` proxy is a lookup
     in context-local storage)."""
     make_key = make_key or cache.make_key
@@ -208,7 +208,7 @@ def shared_cache():
 
     ``caches[...]`` keeps a backend object per thread, which in a gevent worker is per greenlet:
     every request built one for its limits' round trip (~40 µs of CPU, docs/performance.md). The
-    Redis backend (utils_app.fastpath.ScriptedRedisCache) keeps its client and connections per
+    Redis backend (utils_app.speed.redis_round_trip.ScriptedRedisCache) keeps its client and connections per
     process and nothing of a request, so one object serves every thread and greenlet. A change of
     the CACHES setting (tests) builds a new one."""
     global _process_cache

@@ -384,11 +384,11 @@ def test_groups_of_several_processes_sharing_keys_never_deadlock(chat, make_key,
 def test_a_request_whose_context_has_no_wrapper_meters_through_the_process_one_and_builds_none(chat, make_key):
     """A gevent worker runs each request in a greenlet of its own, where Django would build a database
     wrapper for the two statements alone; the process's wrapper runs them, and the request's context is
-    left without one (utils_app.db.statements_wrapper)."""
+    left without one (utils_app.speed.statements.statements_wrapper)."""
     from django.db import connections
     from django.test import Client
 
-    from utils_app.db import statements_wrapper
+    from utils_app.speed.statements import statements_wrapper
 
     key, secret = make_key(credits=10, max_credits=10)
     body = {"model": "local-chat", "messages": [{"role": "user", "content": "hi"}]}

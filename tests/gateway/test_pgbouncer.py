@@ -118,7 +118,7 @@ def test_with_prepared_statements_off_every_statement_runs_through_the_pooler(pg
 
 
 def test_left_on_behind_a_pooler_that_cannot_keep_them_they_stop_and_the_operator_is_told(pgbouncer):
-    """Each client connection names its statements _gw_1, _gw_2…, so on server sessions the pooler
+    """Each client connection names its statements _pg3_0, _pg3_1…, so on server sessions the pooler
     shares, a name is soon taken or gone: the connection goes on unprepared, no statement fails."""
     result = _bursts(pgbouncer, "1")
     assert result.returncode == 0, result.stderr[-2000:]

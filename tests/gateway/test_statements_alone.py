@@ -33,8 +33,12 @@ def checkouts(monkeypatch):
     return taken
 
 
+@pytest.mark.parametrize("through_libpq", [True, False])
 def test_a_metered_request_takes_two_pooled_connections_one_per_statement_and_no_wrapper(
-        client, seeded, free_key, checkouts):
+        client, seeded, free_key, checkouts, settings, through_libpq):
+    """The same statements, answers and rows whether they go straight through libpq or through psycopg's
+    cursor (SPEED_LIBPQ)."""
+    settings.SPEED_LIBPQ = through_libpq
     key, secret = free_key
     assert post(client, PATH, BODY, secret).status_code == 200  # authenticates: the key is cached
     release_connection(connection)
@@ -127,7 +131,7 @@ def test_a_pooled_connection_the_server_ended_is_passed_over(client, seeded, fre
     assert ApiKey.objects.get(pk=key.pk).credits == 96
 
 
-# -- run_on_libpq: the statement straight through libpq, as psycopg's cursor would run it
+# -- prepared statements (utils_app.postgresql.base.execute_prepared): psycopg's own, kept fresh and honest
 
 @pytest.fixture
 def own_connection():
@@ -139,168 +143,121 @@ def own_connection():
     params.pop("context", None)
     params.update(autocommit=True, prepare_threshold=0)
     conn = psycopg.connect(**params)
-    conn.execute("CREATE TEMPORARY TABLE alone (id bigserial PRIMARY KEY, n bigint, word text UNIQUE, "
-                 "flag boolean, at timestamptz, naive timestamp, amount numeric)")
+    conn.execute("CREATE TEMPORARY TABLE alone (id bigserial PRIMARY KEY, n bigint, word text UNIQUE)", prepare=False)
     yield conn
     conn.close()
 
 
-def _prepared(conn):
-    """The statements run_on_libpq prepared on ``conn`` (psycopg's own, for the test's queries, aside)."""
-    return [row[0] for row in conn.execute("SELECT name FROM pg_prepared_statements WHERE name LIKE '\\_gw\\_%%' "
-                                           "ORDER BY name", prepare=False)]
-
-
-def test_each_parameter_type_arrives_as_psycopg_would_send_it(own_connection):
-    from datetime import datetime, timezone
-
-    from utils_app.postgresql.base import run_on_libpq
-
-    insert = ("INSERT INTO alone (n, word, flag, at, naive) VALUES (%(n)s, %(word)s, %(flag)s, %(at)s, %(naive)s) "
-              "RETURNING n, word, flag, at, naive, %(n)s = n")
-    at = datetime(2026, 11, 25, 1, 2, 3, 456789, tzinfo=timezone.utc)
-    naive = datetime(1999, 12, 31, 23, 59, 59)
-    for n, word, flag in [(-2**63, "zéro ☃ ünïcode", True), (2**63 - 1, "it's \"quoted\" \\ ;--", False),
-                          (0, "", None), (None, None, False)]:
-        row, count = run_on_libpq(own_connection, insert, {"n": n, "word": word, "flag": flag, "at": at,
-                                                          "naive": naive})
-        assert count == 1 and row == (n, word, flag, at, naive, None if n is None else True)
-    # What psycopg's own cursor reads back from the same rows: the same values.
-    assert own_connection.execute("SELECT count(*) FROM alone WHERE at = %s AND naive = %s",
-                                  [at, naive]).fetchone() == (4,)
-
-
-def test_a_list_arrives_as_the_array_the_statement_casts_it_to(own_connection):
-    from utils_app.postgresql.base import run_on_libpq
-
-    words = ["plain", "", "it's \"quoted\" \\ {braces}, commas", "zéro ☃", "NULL", None, " spaced "]
-    sql = ("SELECT %(numbers)s::int8[], %(words)s::text[], %(flags)s::bool[], "
-           "array_length(%(words)s::text[], 1), %(empty)s::int4[]")
-    row, _ = run_on_libpq(own_connection, sql, {"numbers": [1, -2**63, 2**63 - 1, None], "words": words,
-                                                 "flags": [True, False, None], "empty": []})
-    assert row == ([1, -2**63, 2**63 - 1, None], words, [True, False, None], len(words), [])
-    # What psycopg's own cursor sends for the same lists reads back the same.
-    assert own_connection.execute("SELECT %s::text[]", [words]).fetchone()[0] == words
-    # A NUL byte, or an element of another type, is left to psycopg's cursor with nothing sent.
-    assert run_on_libpq(own_connection, "SELECT %(words)s::text[]", {"words": ["nul\x00byte"]}) is None
-    assert run_on_libpq(own_connection, "SELECT %(x)s::float8[]", {"x": [1.5]}) is None
-
-
-def test_a_value_only_psycopg_can_send_is_left_to_it_without_anything_sent(own_connection):
-    from decimal import Decimal
-
-    from utils_app.postgresql.base import run_on_libpq
-
-    sql = "INSERT INTO alone (n, amount, word) VALUES (%(n)s, %(amount)s, %(word)s)"
-    assert run_on_libpq(own_connection, sql, {"n": 1, "amount": Decimal("1.5"), "word": "a"}) is None
-    assert run_on_libpq(own_connection, sql, {"n": 2**63, "amount": None, "word": "b"}) is None  # past int8
-    assert run_on_libpq(own_connection, sql, {"n": 1, "amount": None, "word": "nul\x00byte"}) is None
-    assert own_connection.execute("SELECT count(*) FROM alone").fetchone() == (0,)
-    assert _prepared(own_connection) == []
-
-
-def test_a_statement_is_prepared_once_per_connection_and_parameter_types(own_connection):
-    from utils_app.postgresql.base import run_on_libpq
-
-    sql = "INSERT INTO alone (n, word) VALUES (%(n)s, %(word)s) RETURNING id"
-    for number in range(3):
-        assert run_on_libpq(own_connection, sql, {"n": number, "word": f"w{number}"})[1] == 1
-    assert _prepared(own_connection) == ["_gw_1"]
-    run_on_libpq(own_connection, sql, {"n": None, "word": "w3"})  # another type for n: its own statement
-    assert _prepared(own_connection) == ["_gw_1", "_gw_2"]
-    own_connection.prepare_threshold = None  # DATABASE_PREPARED_STATEMENTS=0: nothing more is prepared
-    assert run_on_libpq(own_connection, "SELECT %(x)s::int", {"x": 7}) == ((7,), 1)
-    assert _prepared(own_connection) == ["_gw_1", "_gw_2"]
-
-
-def test_a_prepared_statement_is_prepared_anew_on_a_doubling_schedule_and_its_old_name_closed(
-        own_connection, monkeypatch):
-    import utils_app.postgresql.base as backend
+@pytest.fixture
+def plans(monkeypatch):
+    """The process's plans started afresh, on a clock the test moves."""
+    from utils_app.postgresql import base as backend
 
     clock = [1000.0]
     monkeypatch.setattr(backend.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(backend, "_plans", backend._Plans())
+    monkeypatch.setattr(backend, "_told_unprepared", False)
+    return clock
+
+
+def _run(conn, sql, params):
+    from utils_app.postgresql.base import execute_prepared
+
+    cursor = conn.cursor()
+    execute_prepared(conn, cursor.execute, sql, params)
+    return cursor.fetchone() if cursor.description else None
+
+
+def _prepared(conn):
+    """The texts of the statements prepared on ``conn``'s server session."""
+    return [row[0] for row in conn.execute("SELECT statement FROM pg_prepared_statements ORDER BY prepare_time",
+                                           prepare=False)]
+
+
+def test_a_statement_is_prepared_on_its_first_use_and_anew_on_a_doubling_schedule(own_connection, plans):
+    from utils_app.postgresql import base as backend
+
     sql = "INSERT INTO alone (n) VALUES (%(n)s) RETURNING n"
-    assert backend.run_on_libpq(own_connection, sql, {"n": 1}) == ((1,), 1)
-    assert _prepared(own_connection) == ["_gw_1"]
-    clock[0] += backend.REPLAN_FIRST_SECONDS - 0.1  # not yet
-    backend.run_on_libpq(own_connection, sql, {"n": 2})
-    assert _prepared(own_connection) == ["_gw_1"]
-    clock[0] += 0.1  # its plan is due: a new name, the old one closed, the statement run once
-    assert backend.run_on_libpq(own_connection, sql, {"n": 3}) == ((3,), 1)
-    assert _prepared(own_connection) == ["_gw_2"]
-    clock[0] += backend.REPLAN_FIRST_SECONDS  # the next turn is twice as long
-    backend.run_on_libpq(own_connection, sql, {"n": 4})
-    assert _prepared(own_connection) == ["_gw_2"]
-    clock[0] += backend.REPLAN_FIRST_SECONDS
-    backend.run_on_libpq(own_connection, sql, {"n": 5})
-    assert _prepared(own_connection) == ["_gw_3"]
-    clock[0] += 10 * backend.REPLAN_MAX_SECONDS  # and never longer than the most
-    backend.run_on_libpq(own_connection, sql, {"n": 6})
-    assert own_connection._statements["replan"][(sql, (20,))][1] <= backend.REPLAN_MAX_SECONDS
-    assert own_connection.execute("SELECT count(*) FROM alone").fetchone() == (6,)
+    assert _run(own_connection, sql, {"n": 1}) == (1,)
+    assert _run(own_connection, sql, {"n": 2}) == (2,)
+    assert len(_prepared(own_connection)) == 1
+    plans[0] += backend.REPLAN_FIRST_SECONDS  # its plan is due: prepared again under the next plan's text
+    assert _run(own_connection, sql, {"n": 3}) == (3,)
+    assert [text.endswith("/* plan 1 */") for text in _prepared(own_connection)] == [False, True]
+    plans[0] += backend.REPLAN_FIRST_SECONDS  # the next turn is twice as long
+    _run(own_connection, sql, {"n": 4})
+    assert len(_prepared(own_connection)) == 2
+    plans[0] += backend.REPLAN_FIRST_SECONDS
+    _run(own_connection, sql, {"n": 5})
+    assert _prepared(own_connection)[-1].endswith("/* plan 2 */")
+    plans[0] += 10 * backend.REPLAN_MAX_SECONDS  # and never longer than the most
+    for _ in range(12):
+        backend.replan()
+    assert backend._plans.interval == backend.REPLAN_MAX_SECONDS
+    assert own_connection.execute("SELECT count(*) FROM alone").fetchone() == (5,)
 
 
-def test_every_row_of_a_statement_comes_back_when_asked_for(own_connection):
-    from utils_app.postgresql.base import run_on_libpq
-
-    sql = "INSERT INTO alone (n) SELECT g FROM generate_series(1, %(count)s) g RETURNING n"
-    assert run_on_libpq(own_connection, sql, {"count": 3}, every_row=True) == ([(1,), (2,), (3,)], 3)
-    assert run_on_libpq(own_connection, sql, {"count": 0}, every_row=True) == ([], 0)
-    assert run_on_libpq(own_connection, "DELETE FROM alone WHERE n > %(n)s", {"n": 1}, every_row=True) == ([], 2)
-    assert run_on_libpq(own_connection, sql, {"count": 2}) == ((1,), 2)  # the first row only, as before
+def test_with_prepared_statements_off_nothing_is_prepared(own_connection, plans):
+    own_connection.prepare_threshold = None  # DATABASE_PREPARED_STATEMENTS=0
+    assert _run(own_connection, "SELECT %(x)s::int", {"x": 7}) == (7,)
+    assert _prepared(own_connection) == []
 
 
-def test_a_name_used_twice_is_one_parameter_and_other_placeholders_are_refused(own_connection):
-    from utils_app.postgresql.base import run_on_libpq
-
-    assert run_on_libpq(own_connection, "SELECT %(x)s::int + %(x)s::int, %(y)s::text",
-                        {"x": 20, "y": "z", "unused": object()}) == ((40, "z"), 1)
-    for sql in ("SELECT %s", "SELECT 100 %% 7", "SELECT '%(x)d'"):
-        with pytest.raises(ValueError):
-            run_on_libpq(own_connection, sql, {"x": 1})
-
-
-def test_errors_are_psycopgs_and_a_prepared_statement_the_server_forgot_is_prepared_again(own_connection):
+def test_errors_are_psycopgs_and_a_migration_that_changed_a_result_starts_new_plans(own_connection, plans):
     import psycopg
 
-    from utils_app.postgresql.base import run_on_libpq
+    sql = "INSERT INTO alone_migrated (word) VALUES (%(word)s) RETURNING id"
+    own_connection.execute("CREATE TABLE alone_migrated (id bigserial PRIMARY KEY, word text UNIQUE)", prepare=False)
+    try:
+        _run(own_connection, sql, {"word": "once"})
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            _run(own_connection, sql, {"word": "once"})
+        assert own_connection.info.transaction_status.name == "IDLE"
+        with connection.cursor() as cursor:  # a migration, from another connection
+            cursor.execute("ALTER TABLE alone_migrated ALTER COLUMN id TYPE numeric")
+        release_connection(connection)
+        assert _run(own_connection, sql, {"word": "twice"}) is not None  # prepared again, run once
+        assert own_connection.execute("SELECT count(*) FROM alone_migrated", prepare=False).fetchone() == (2,)
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            _run(own_connection, "SELECT * FROM no_such_table WHERE id = %(id)s", {"id": 1})
+    finally:
+        own_connection.execute("DROP TABLE alone_migrated", prepare=False)
 
-    sql = "INSERT INTO alone (word) VALUES (%(word)s) RETURNING id"
-    run_on_libpq(own_connection, sql, {"word": "once"})
-    with pytest.raises(psycopg.errors.UniqueViolation):
-        run_on_libpq(own_connection, sql, {"word": "once"})
-    assert own_connection.info.transaction_status.name == "IDLE"
-    # A pooler in front that does not keep prepared statements loses them between transactions: the
-    # statement is prepared again and runs once.
-    own_connection.execute("DEALLOCATE ALL")
-    assert run_on_libpq(own_connection, sql, {"word": "twice"})[1] == 1
-    assert _prepared(own_connection) == ["_gw_2"]
-    assert own_connection.execute("SELECT count(*) FROM alone WHERE word = 'twice'").fetchone() == (1,)
-    # A migration changed what the statement returns: prepared again too, run once.
-    own_connection.execute("ALTER TABLE alone ALTER COLUMN id TYPE numeric")
-    assert run_on_libpq(own_connection, sql, {"word": "thrice"})[1] == 1
-    assert _prepared(own_connection) == ["_gw_3"]
-    assert own_connection.execute("SELECT count(*) FROM alone").fetchone() == (3,)
-    with pytest.raises(psycopg.errors.UndefinedTable):
-        run_on_libpq(own_connection, "SELECT * FROM no_such_table WHERE id = %(id)s", {"id": 1})
-    assert run_on_libpq(own_connection, "SELECT %(id)s::int", {"id": 3}) == ((3,), 1)
+
+def _take_names(conn, count=12):
+    """Another client's statements on ``conn``'s session, under every name psycopg may pick next."""
+    held = set(_prepared_names(conn))
+    for number in range(count):
+        if f"_pg3_{number}" not in held:
+            conn.execute(f"PREPARE _pg3_{number} AS SELECT 1", prepare=False)
+
+
+def _prepared_names(conn):
+    return [row[0] for row in conn.execute("SELECT name FROM pg_prepared_statements", prepare=False)]
 
 
 def test_a_connection_whose_prepared_statements_do_not_last_goes_on_unprepared_and_says_so(
-        own_connection, caplog, monkeypatch):
+        own_connection, plans, caplog):
     """A pooler in transaction mode without prepared-statement support hands the server session with
-    another client's names on it: the name this connection picks is already taken there."""
-    from utils_app.postgresql import base as backend
-
-    monkeypatch.setattr(backend, "_told_unprepared", False)
-    own_connection.execute("PREPARE _gw_1 AS SELECT 1", prepare=False)  # another client's, on this session
+    another client's names on it: the name psycopg picks is already taken there."""
+    _take_names(own_connection)
+    taken = _prepared(own_connection)
     sql = "INSERT INTO alone (word) VALUES (%(word)s) RETURNING word"
     with caplog.at_level("WARNING", logger="utils_app.postgresql.base"):
         for word in ("first", "second"):
-            assert backend.run_on_libpq(own_connection, sql, {"word": word}) == ((word,), 1)
+            assert _run(own_connection, sql, {"word": word}) == (word,)
     assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
         "PostgreSQL does not keep this process's prepared statements between its statements"]
     assert "DATABASE_PREPARED_STATEMENTS=0" in caplog.records[0].getMessage()
-    assert own_connection._statements["unprepared"] is True
-    assert _prepared(own_connection) == ["_gw_1"]  # only the other client's: nothing more was prepared
-    assert own_connection.execute("SELECT count(*) FROM alone").fetchone() == (2,)  # each ran once
+    assert own_connection.prepare_threshold is None
+    assert _prepared(own_connection) == taken  # only the other client's: nothing more was prepared
+
+
+def test_inside_a_transaction_a_refused_statement_is_raised_as_it_is(own_connection, plans):
+    import psycopg
+
+    _take_names(own_connection)
+    with pytest.raises(psycopg.errors.DuplicatePreparedStatement):
+        with own_connection.transaction():
+            _run(own_connection, "SELECT %(x)s::int", {"x": 1})
+    assert own_connection.prepare_threshold == 0  # nothing decided from a transaction's refusal

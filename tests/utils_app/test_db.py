@@ -4,6 +4,7 @@ import pytest
 from django.db import OperationalError, connection, transaction
 
 from utils_app import db
+from utils_app.speed import statements
 
 
 def test_an_autocommit_write_on_sqlite_holds_the_lock_and_gives_it_back(transactional_db, vendor):
@@ -300,7 +301,7 @@ def test_a_pool_warning_about_a_closed_connection_says_what_ended_it():
 
 
 def test_the_context_s_wrapper_is_the_one_django_lists_as_initialized_and_none_before_it_is_made():
-    """context_wrapper looks up the wrapper a context made, as connections.all(initialized_only=True) lists it,
+    """context_wrapper (utils_app.speed.statements) looks up the wrapper a context made, as connections.all(initialized_only=True) lists it,
     in one lookup; a context (here a fresh thread) that made none gets None and is left without one."""
     import threading
 
@@ -309,10 +310,10 @@ def test_the_context_s_wrapper_is_the_one_django_lists_as_initialized_and_none_b
     seen = {}
 
     def fresh_context():
-        seen["before"] = db.context_wrapper("default")
+        seen["before"] = statements.context_wrapper("default")
         seen["listed_before"] = connections.all(initialized_only=True)
         made = connections["default"]
-        seen["after"] = db.context_wrapper("default") is made
+        seen["after"] = statements.context_wrapper("default") is made
         seen["listed_after"] = [wrapper is made for wrapper in connections.all(initialized_only=True)]
         made.close()
 
@@ -321,5 +322,5 @@ def test_the_context_s_wrapper_is_the_one_django_lists_as_initialized_and_none_b
     thread.join()
     assert (seen["before"], seen["listed_before"]) == (None, [])
     assert seen["after"] is True and seen["listed_after"] == [True]
-    assert db.context_wrapper("default") is connections["default"]
-    assert db.context_wrapper("no such alias") is None
+    assert statements.context_wrapper("default") is connections["default"]
+    assert statements.context_wrapper("no such alias") is None

@@ -8,7 +8,8 @@ from urllib3 import Retry
 from urllib3.exceptions import DecodeError, ProtocolError, ReadTimeoutError
 
 from utils_app.errors import UpstreamError, UpstreamTimeout, error_body
-from utils_app.http import NO_RETRIES, TRANSPORT_ERRORS, USER_AGENT, Upstreams, is_timeout, json_object, timeouts
+from utils_app.http import TRANSPORT_ERRORS, USER_AGENT, Upstreams, is_timeout, json_object, timeouts
+from utils_app.speed.upstream_pool import NO_RETRIES
 
 BASE = "https://upstream.test/v1"
 
@@ -98,7 +99,14 @@ def recording_server():
     server.server_close()
 
 
-def test_post_sends_what_the_session_would_with_the_calls_headers_over_the_sessions(recording_server):
+@pytest.fixture(params=[True, False], ids=["straight to the pool", "requests' session"])
+def either_path(request, settings):
+    """Upstreams.post with its speed trick on (utils_app.speed.upstream_pool) and off: the same wire, the same answer."""
+    settings.SPEED_UPSTREAM_POOL = request.param
+    return request.param
+
+
+def test_post_sends_what_the_session_would_with_the_calls_headers_over_the_sessions(recording_server, either_path):
     base = recording_server.base
     upstreams = Upstreams(pool_size=1)
     headers = {"Content-Type": "application/json", "Authorization": "Bearer sk-up", "accept-encoding": "identity"}
@@ -133,7 +141,7 @@ def test_through_a_proxy_post_sends_the_same_headers_and_body_by_requests_own_pa
     assert by_post["headers"]["accept-encoding"] == "identity" and by_post["headers"]["content-length"] == "9"
 
 
-def test_post_keeps_its_connection_for_the_next_call_once_the_answer_was_read(recording_server):
+def test_post_keeps_its_connection_for_the_next_call_once_the_answer_was_read(recording_server, either_path):
     base = recording_server.base
     upstreams = Upstreams(pool_size=1)
     for _ in range(3):
@@ -142,7 +150,7 @@ def test_post_keeps_its_connection_for_the_next_call_once_the_answer_was_read(re
     assert len({call["port"] for call in recording_server.seen}) == 1
 
 
-def test_post_reports_a_refused_connection_and_a_timeout_as_requests_would(recording_server):
+def test_post_reports_a_refused_connection_and_a_timeout_as_requests_would(recording_server, either_path):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
@@ -269,7 +277,7 @@ def test_a_kept_alive_connection_the_upstream_closed_is_told_apart_and_replaced(
     upstreams = Upstreams(pool_size=1)
     with upstreams.post(base, f"{base}/chat", data="{}", headers={}, timeout=(1, 2)) as answer:
         assert answer.raw.read() == b'{"ok": true}'
-    kept = upstreams._pool(base, f"{base}/chat").pool.queue[-1]  # given back, idle and open
+    kept = upstreams._pools._pool(upstreams.session(base), f"{base}/chat").pool.queue[-1]  # given back, idle and open
     assert type(kept).__name__ == "_CheckedHTTPConnection" and kept.is_connected
     # The server ends it, as an upstream ends an idle keep-alive connection: told to by our half-close.
     kept.sock.shutdown(socket.SHUT_WR)

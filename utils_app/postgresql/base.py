@@ -9,17 +9,17 @@ one is taken.
 
 A cursor may send its parameters apart from the statement (``server_bound_cursor``).
 Django binds parameters on the client by default: the values are quoted into the
-statement's text, which is what every ORM query here still gets. The two statements of
-a metered request (gateway.metering) instead travel as text plus parameters, which
-costs PostgreSQL about half the CPU per request and psycopg less quoting
-(docs/performance.md). Those two are also prepared on their first use on each pooled
-connection (``prepare_threshold`` 0, utils_app.env; DATABASE_PREPARED_STATEMENTS=0 for a
-pooler that cannot keep them), which takes another third off PostgreSQL's CPU for them;
-the ORM's client-side binding never prepares.
+statement's text, which is what every ORM query here still gets. The statements of a
+metered request (gateway.metering) instead travel as text plus parameters, which costs
+PostgreSQL about half the CPU per request and psycopg less quoting (docs/performance.md).
+psycopg prepares them on their first use on each pooled connection (``prepare_threshold`` 0,
+utils_app.env; DATABASE_PREPARED_STATEMENTS=0 for a pooler that cannot keep them), which takes
+another third off PostgreSQL's CPU for them; ``execute_prepared`` keeps their plans fresh and
+notices a pooler that loses them. The ORM's client-side binding never prepares.
 
-A statement may run alone on a pooled connection (``run_alone``): taken from the pool for that
-statement and given back at once, without Django's connection wrapper around it. The two
-statements of a metered request do, outside a transaction.
+A statement may run alone on a pooled connection (``run_alone``, utils_app.speed.statements):
+taken from the pool for that statement and given back at once. The statements of a metered
+request do, outside a transaction.
 
 The pool says why it cannot connect. Each attempt to open a connection is recorded
 (utils_app.db.note_connect), so a request's 503 names the cause even when all it met was
@@ -29,20 +29,13 @@ message over several lines or a connection's repr.
 Everything else is Django's backend unchanged.
 """
 import logging
-import re
 import time
-from collections.abc import Callable
-from datetime import datetime
-from typing import Any
 
 import psycopg
 from django.db.backends.postgresql import base, operations
-from psycopg import pq
-from psycopg.adapt import Transformer
-from psycopg.generators import execute as _execute
 
 from utils_app.db import ended_by_server, failure_cause, last_connect_failure, note_connect
-from utils_app.sockets import gevent_patched, wait_gevent
+from utils_app.speed import statements, waits
 
 ENDED_BY_SERVER = "ended by the server while idle in the pool (a restart or a terminated backend)"
 log = logging.getLogger(__name__)
@@ -54,14 +47,13 @@ class Connection(psycopg.Connection):
     closed_because = ""  # set when the gateway closes it for a reason the pool's warning should tell
 
     def wait(self, gen, *args, **kwargs):
-        # Under gevent, each statement's wait on the server is on the hub, through this connection's
-        # own watchers, instead of psycopg's poll loop through gevent's patched poll
-        # (utils_app.sockets); a wait with a deadline or an interval of its own keeps psycopg's.
-        if not args and kwargs.get("timeout") is None and gevent_patched():
+        # Under gevent, each statement's wait on the server goes through this connection's own
+        # watchers on the hub (utils_app.speed.waits) instead of psycopg's poll loop.
+        if waits.applies(args, kwargs):
             watchers = self.__dict__.get("_watchers")
             if watchers is None:
                 watchers = self._watchers = {}  # this connection's socket's, for the life of the connection
-            return wait_gevent(gen, self.pgconn.socket, watchers)
+            return waits.wait_gevent(gen, self.pgconn.socket, watchers)
         return super().wait(gen, *args, **kwargs)
 
     @classmethod
@@ -162,11 +154,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
         ``server_bound_cursor`` (a transaction's, a test's)."""
         if self.can_run_alone():
             return self.run_alone(sql, params, every_row=every_row)
-        with self.server_bound_cursor() as cursor:
-            cursor.execute(sql, params)
-            if cursor.description is None:
-                return ([] if every_row else None), cursor.rowcount
-            return (cursor.fetchall() if every_row else cursor.fetchone()), cursor.rowcount
+        return self._through_cursor(sql, params, every_row=every_row)
 
     def can_run_alone(self) -> bool:
         """Whether ``run_alone`` applies now: a pool, no connection held by this wrapper, no transaction
@@ -179,40 +167,24 @@ class DatabaseWrapper(base.DatabaseWrapper):
         connection back at once; returns (its first row or None, its row count), or with
         ``every_row`` (the list of its rows, its row count).
 
-        The metered request's two statements (gateway.metering) each need a connection for one
-        statement. Through Django's wrapper that is a checkout with its set-up (autocommit set
-        again, the connection's signals and checks), a cursor wrapper, then a close that gives it
-        back: 0.08 ms of CPU a statement that this path does not spend (docs/performance.md).
-        What stays the same: only a live connection is used (``_live_pooled``), the wait for one
-        is the request's (``_pool_wait``), the parameters travel apart from the text and the
-        statement is prepared as the connection's ``prepare_threshold`` says, errors are Django's
-        (the 503 and the settlement's retry read them), and the query log records the statement
-        when Django would (tests count statements by it). A connection whose statement did not
-        finish (a killed greenlet) goes back mid-statement: the pool closes it.
-        """
-        pool = self.pool
-        started = time.monotonic()
-        with self.wrap_database_errors:
-            if pool.closed:  # nothing else opened it yet (Django opens it at its first connection)
-                pool.open()
-            conn = self._live_pooled(pool.getconn)
-            try:
-                if not conn.autocommit:
-                    conn.autocommit = True
-                answer = run_on_libpq(conn, sql, params, every_row=every_row)
-                if answer is None:  # a parameter only psycopg knows how to send
-                    cursor = psycopg.Cursor(conn)  # binds on the server, whatever the connection's cursor_factory
-                    cursor.execute(sql, params)
-                    if cursor.description is None:
-                        answer = ([] if every_row else None), cursor.rowcount
-                    else:
-                        answer = (cursor.fetchall() if every_row else cursor.fetchone()), cursor.rowcount
-                row, count = answer
-            finally:
-                pool.putconn(conn)
-        if self.queries_logged:
-            self.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
-        return row, count
+        Straight on the pool, without Django's checkout, cursor wrapper and close around it
+        (utils_app.speed.statements, switch SPEED_STATEMENTS_ALONE); with the switch off, through
+        this wrapper's own cursor and closed after it, which gives the connection back to the pool
+        the same way. Either way only a live connection is used, the parameters travel apart from
+        the text, errors are Django's and the query log records the statement as Django would."""
+        if statements.enabled():
+            return statements.run_alone(self, sql, params, every_row=every_row)
+        try:
+            return self._through_cursor(sql, params, every_row=every_row)
+        finally:
+            self.close()
+
+    def _through_cursor(self, sql: str, params: dict, *, every_row: bool) -> tuple[tuple | list | None, int]:
+        with self.server_bound_cursor() as cursor:
+            execute_prepared(self.connection, cursor.execute, sql, params)
+            if cursor.description is None:
+                return ([] if every_row else None), cursor.rowcount
+            return (cursor.fetchall() if every_row else cursor.fetchone()), cursor.rowcount
 
     def _pool_wait(self, *, server_ended_one: bool = False) -> float:
         """How long a request may wait for a pooled connection before it is answered 503.
@@ -253,194 +225,106 @@ class DatabaseWrapper(base.DatabaseWrapper):
             connection.cursor_factory = factory
 
 
-# -- one statement straight through libpq (run_alone)
-
-_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%")
-# What each parameter type is declared as when the statement is prepared, its value sent as text.
-# A str is declared unknown, as psycopg declares it, so the server types it from where it stands.
-_DECLARED = {int: 20, bool: 16, str: 0, type(None): 0}  # int8, bool, unknown
-_TIMESTAMPTZ, _TIMESTAMP = 1184, 1114
-_INT8 = range(-2**63, 2**63)
-_converted: dict[str, tuple[bytes, tuple[str, ...]]] = {}
 
 
-def _convert(sql: str) -> tuple[bytes, tuple[str, ...]]:
-    """The statement with its ``%(name)s`` placeholders numbered ($1, $2…; a name used twice is one
-    parameter, as psycopg numbers them), and the names in that order. Any other ``%`` is refused:
-    these statements have none, and guessing what one meant could send the wrong text."""
-    names: list[str] = []
+# -- prepared statements: plans kept fresh, and a pooler that loses them noticed
 
-    def number(match):
-        if match.group(1) is None:
-            raise ValueError(f"only %(name)s placeholders are supported here: {sql!r}")
-        if match.group(1) not in names:
-            names.append(match.group(1))
-        return f"${names.index(match.group(1)) + 1}"
-
-    return _PLACEHOLDER.sub(number, sql).encode(), tuple(names)
-
-
-def _quoted(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-# Each element of an array literal (PostgreSQL's text form of an array) by its type: None, bool, int, str.
-_ELEMENTS: dict[type, Callable[[Any], str]] = {
-    type(None): lambda value: "NULL", bool: lambda value: "t" if value else "f", int: str, str: _quoted}
-
-
-def _as_text(value, encoding: str):
-    """(the type the parameter is declared as, its value as the server reads text), or None for a value
-    this path does not send (psycopg's cursor does): a type not below, an int past 8 bytes, or a
-    str with a NUL byte, which libpq would cut short where psycopg refuses it.
-
-    A list goes as an array literal of its elements (None, bool, int, str), declared unknown: the
-    statement casts it to the array type it means (``%(keys)s::int8[]``), and the server reads the
-    literal for that type, an int out of its range refused there as psycopg's would be."""
-    kind = type(value)
-    if kind is list:
-        try:
-            text = "{" + ",".join([_ELEMENTS[type(element)](element) for element in value]) + "}"
-        except KeyError:  # an element of another type
-            return None
-        return (0, text.encode(encoding)) if "\x00" not in text else None
-    if kind is datetime:
-        return (_TIMESTAMPTZ if value.tzinfo is not None else _TIMESTAMP), value.isoformat().encode()
-    declared = _DECLARED.get(kind)
-    if declared is None:
-        return None
-    if value is None:
-        return declared, None
-    if kind is bool:
-        return declared, b"t" if value else b"f"
-    if kind is int:
-        return (declared, str(value).encode()) if value in _INT8 else None
-    return (declared, value.encode(encoding)) if "\x00" not in value else None
-
-
-def run_on_libpq(conn, sql: str, params: dict, *, every_row: bool = False) -> tuple[tuple | list | None, int] | None:
-    """Run one statement on ``conn`` (autocommit, no statement of its own running) through libpq: its
-    parameters sent as text apart from the statement, prepared on the connection once per statement
-    and parameter types when the connection prepares (``prepare_threshold`` not None), errors raised
-    as psycopg raises them. Returns (its first row or None, its row count), or with ``every_row``
-    (the list of its rows, its row count); None without sending anything when a parameter is one
-    only psycopg's cursor knows how to send.
-
-    psycopg's cursor does the same through its query conversion, per-value adapter lookups and
-    prepared-statement bookkeeping, about 40 µs of CPU a statement more (docs/performance.md)."""
-    converted = _converted.get(sql)
-    if converted is None:
-        converted = _converted[sql] = _convert(sql)
-    text, names = converted
-    state = conn.__dict__.get("_statements")
-    if state is None:
-        state = conn._statements = {"encoding": conn.info.encoding, "prepared": {}, "replan": {}, "named": 0}
-    types, values = [], []
-    for name in names:
-        sent = _as_text(params[name], state["encoding"])
-        if sent is None:
-            return None
-        types.append(sent[0])
-        values.append(sent[1])
-    pgconn = conn.pgconn
-    result = None
-    if conn.prepare_threshold is not None and not state.get("unprepared"):
-        result = _run_prepared(conn, state, (sql, tuple(types)), text, types, values)
-    if result is None:
-        pgconn.send_query_params(text, values, param_types=types)
-        result = _result(conn.wait(_execute(pgconn)), state)
-    row: list | tuple | None = [] if every_row else None
-    if result.status == pq.ExecStatus.TUPLES_OK and result.ntuples:
-        loader = Transformer(conn)
-        loader.set_pgresult(result)
-        row = loader.load_rows(0, result.ntuples, tuple) if every_row else loader.load_row(0, tuple)
-    count = result.command_tuples
-    return row, (-1 if count is None else count)
-
-
-def _run_prepared(conn, state: dict, key: tuple, text: bytes, types: list, values: list):
-    """The statement's result, run by a name prepared on the connection (prepared first when it is
-    not yet); None when named statements do not last on this connection, run nothing.
-
-    Every retry here follows a refusal that comes before the statement runs (at Parse, or at Bind
-    and plan revalidation): sending it again cannot run it twice.
-    - A statement prepared by an earlier call that the server no longer knows (`DEALLOCATE ALL`),
-      or whose result a migration changed ("cached plan must not change result type"), is
-      prepared again and sent once more.
-    - A name the server already holds although this connection never used it, or a statement
-      gone again right after it was prepared, means named statements do not stay with this
-      connection's server session: a pooler in transaction mode without prepared-statement
-      support (PgBouncer before 1.21, or without max_prepared_statements). The connection stops
-      preparing (the caller sends its statements unnamed) and the operator is told, once.
-
-    A statement is also prepared anew, its old name closed, once it has been prepared for longer
-    than its turn (``_replanned``), so that its plan is made again for the tables as they are now."""
-    pgconn = conn.pgconn
-    while True:  # twice at most: a second pass always prepares anew, and every refusal then ends it
-        prepared = state["prepared"].get(key)
-        if prepared is not None and time.monotonic() >= state["replan"][key][0]:
-            _close_prepared(conn, state, prepared)
-            state["prepared"].pop(key)
-            prepared = None
-        earlier = prepared is not None
-        try:
-            if not earlier:
-                state["named"] += 1  # never a name used before on this connection, even once forgotten
-                prepared = f"_gw_{state['named']}".encode()
-                pgconn.send_prepare(prepared, text, param_types=types)
-                _result(conn.wait(_execute(pgconn)), state)
-                state["prepared"][key] = prepared
-                state["replan"][key] = _replanned(state["replan"].get(key))
-            pgconn.send_query_prepared(prepared, values)
-            return _result(conn.wait(_execute(pgconn)), state)
-        except psycopg.errors.FeatureNotSupported as exc:
-            state["prepared"].pop(key, None)
-            if not earlier or "cached plan" not in str(exc):
-                raise
-        except psycopg.errors.InvalidSqlStatementName:
-            if earlier:
-                continue  # the server forgot them all (_result forgot them too): prepare again
-            _stop_preparing(state)
-            return None
-        except psycopg.errors.DuplicatePreparedStatement:
-            _stop_preparing(state)
-            return None
-
-
-# How long a prepared statement's plan is kept before the statement is prepared anew: 2 s at first,
-# twice as long at each renewal, and at most REPLAN_MAX_SECONDS.
+# How long the request path's prepared statements keep their plans before they are prepared anew: 2 s
+# at first, twice as long at each renewal, and at most REPLAN_MAX_SECONDS.
 #
-# PostgreSQL plans a prepared statement for its parameters five times, then keeps one generic plan
-# for as long as nothing invalidates it (an ANALYZE of its tables, DDL). A plan made while a table
-# was a few pages long may scan the whole table, where an index is the only sane path once it has
-# grown: a grouped settlement (gateway.metering) joins its entries to the ledger's rows, and on a
-# new ledger that plan seq-scanned it, each statement slower than the one before until autovacuum's
-# next ANALYZE, half a minute later at 1,000 requests a second (docs/performance.md). Renewing the
-# plans on this schedule bounds that to seconds in a new database, and costs an established one a
-# Parse and five planned executions per statement every quarter of an hour.
+# PostgreSQL plans a prepared statement for its parameters five times, then keeps one generic plan for
+# as long as nothing invalidates it (an ANALYZE of its tables, DDL). A plan made while a table was a
+# few pages long may scan the whole table, where an index is the only sane path once it has grown: a
+# grouped settlement (gateway.metering) joins its entries to the ledger's rows, and on a new ledger that
+# plan seq-scanned it, each statement slower than the one before until autovacuum's next ANALYZE. At
+# each renewal the statements' text gets a new comment (`` /* plan N */``), so psycopg takes them for
+# new statements and prepares them again with a fresh plan; psycopg closes the oldest names past its
+# ``prepared_max``. It costs an established process a Parse and five planned executions per statement
+# and connection every quarter of an hour.
 REPLAN_FIRST_SECONDS = 2.0
 REPLAN_MAX_SECONDS = 1024.0
 
 
-def _replanned(previous: tuple[float, float] | None) -> tuple[float, float]:
-    """(when the statement is next prepared anew, the interval that set it)."""
-    interval = REPLAN_FIRST_SECONDS if previous is None else min(previous[1] * 2, REPLAN_MAX_SECONDS)
-    return time.monotonic() + interval, interval
+class _Plans:
+    """The process's current plans: their number (0 until the first renewal), when the next are due, the turn."""
+
+    def __init__(self) -> None:
+        self.epoch = 0
+        self.due: float | None = None
+        self.interval = REPLAN_FIRST_SECONDS
 
 
-def _close_prepared(conn, state: dict, name: bytes) -> None:
-    """Close a prepared statement on the server (closing one it does not hold is no error)."""
-    conn.pgconn.send_close_prepared(name)
-    _result(conn.wait(_execute(conn.pgconn)), state)
+_plans = _Plans()
+_texts: dict[tuple[str, int], str] = {}
 
 
+def planned(sql: str) -> str:
+    """``sql`` as the current plans' text: itself until the first renewal, then with its plan's number."""
+    now = time.monotonic()
+    if _plans.due is None:
+        _plans.due = now + REPLAN_FIRST_SECONDS
+    elif now >= _plans.due:
+        replan()
+    epoch = _plans.epoch
+    if not epoch:
+        return sql
+    text = _texts.get((sql, epoch))
+    if text is None:
+        if len(_texts) > 256:
+            _texts.clear()
+        text = _texts[(sql, epoch)] = f"{sql} /* plan {epoch} */"
+    return text
+
+
+def replan() -> None:
+    """Start the next plans now: every statement is prepared anew at its next use on each connection."""
+    _plans.interval = min(_plans.interval * 2, REPLAN_MAX_SECONDS)
+    _plans.epoch += 1
+    _plans.due = time.monotonic() + _plans.interval
+
+
+# Refusals that come before a prepared statement runs (at Parse, or at Bind and plan revalidation):
+# sending the statement again cannot run it twice.
+_NAME_TAKEN, _NAME_GONE = psycopg.errors.DuplicatePreparedStatement, psycopg.errors.InvalidSqlStatementName
 _told_unprepared = False
 
 
-def _stop_preparing(state: dict) -> None:
+def execute_prepared(conn, execute, sql: str, params: dict) -> None:
+    """``execute(text, params)`` for one statement of the request path on ``conn`` (its psycopg connection),
+    which psycopg prepares as the connection's ``prepare_threshold`` says.
+
+    - The text is the current plans' (``planned``).
+    - A prepared statement whose result a migration changed ("cached plan must not change result
+      type") starts the next plans, and the statement is sent once more.
+    - A name the server already holds, or one it does not know, means named statements do not stay
+      with this connection's server session: a pooler in transaction mode without prepared-statement
+      support (PgBouncer before 1.21, or without max_prepared_statements). The connection stops
+      preparing, the statement is sent once more unprepared, and the operator is told, once.
+
+    Outside autocommit (a transaction's statement) a refusal is raised as it is: the transaction
+    is aborted and the statement cannot be sent again in it."""
+    if conn.prepare_threshold is None:
+        execute(sql, params)
+        return
+    try:
+        execute(planned(sql), params)
+        return
+    except Exception as exc:
+        cause = exc if isinstance(exc, psycopg.Error) else exc.__cause__
+        if not conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            raise
+        if isinstance(cause, psycopg.errors.FeatureNotSupported) and "cached plan" in str(cause):
+            replan()
+        elif isinstance(cause, (_NAME_TAKEN, _NAME_GONE)):
+            stop_preparing(conn)
+        else:
+            raise
+    execute(planned(sql) if conn.prepare_threshold is not None else sql, params)
+
+
+def stop_preparing(conn) -> None:
     global _told_unprepared
-    state["unprepared"] = True
-    state["prepared"].clear()
+    conn.prepare_threshold = None
     if not _told_unprepared:
         _told_unprepared = True
         log.warning("PostgreSQL does not keep this process's prepared statements between its statements "
@@ -448,18 +332,3 @@ def _stop_preparing(state: dict) -> None:
                     "path's statements go unprepared on such connections. Set "
                     "DATABASE_PREPARED_STATEMENTS=0, or give the pooler prepared-statement support "
                     "(PgBouncer 1.21 or later with max_prepared_statements).")
-
-
-def _result(results, state: dict):
-    """The statement's result; its error raised as psycopg's exception. A prepared statement the server
-    no longer knows (a pooler between us that does not keep them) means it knows none of this
-    connection's: every one is forgotten, to be prepared again."""
-    result = results[-1]
-    if result.status == pq.ExecStatus.FATAL_ERROR:
-        error = psycopg.errors.error_from_result(result, encoding=state["encoding"])
-        if isinstance(error, psycopg.errors.InvalidSqlStatementName):
-            state["prepared"].clear()
-        raise error
-    if result.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
-        raise psycopg.errors.InternalError(f"unexpected result from the server: {pq.ExecStatus(result.status).name}")
-    return result

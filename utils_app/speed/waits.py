@@ -1,35 +1,27 @@
-"""Socket readiness for the request path's connections, at the cost of one system call under gevent.
+"""psycopg's waits for the server under gevent, on the hub with one watcher (switch: SPEED_GEVENT_WAITS).
 
-A gevent worker patches the select module: its ``poll`` and ``select`` become objects that
-register watchers with gevent's hub, start a timeout and collect results, even for a check that
-must not wait at all. psycopg (waiting for each statement's answer), urllib3 (checking, at each
-checkout, that a kept-alive upstream connection was not closed) and this project's pool check
-all poll sockets that way: some 0.1 ms of CPU per statement or call under load, against a few
-microseconds for the system call itself (docs/performance.md). Here:
+psycopg waits for each statement's answer in a poll loop. A gevent worker patches the select module,
+so each of those polls registers watchers with gevent's hub, starts a timeout and collects results,
+then closes them again. ``wait_gevent`` instead runs psycopg's I/O generator by waiting on the hub
+for the socket with a single watcher per kind of wait, kept with the connection and used again at
+its next statement: the least gevent needs to let other greenlets run meanwhile.
 
-- ``readable_now`` asks the kernel directly, with the original poll and a zero timeout: it
-  never waits, so it needs no cooperation from the hub;
-- ``wait_gevent`` runs one of psycopg's I/O generators by waiting on the hub for the socket
-  with a single watcher, the least gevent needs to let other greenlets run meanwhile.
+The plain twin, with the switch off, is psycopg's own wait (``psycopg.Connection.wait``); a wait with
+a deadline or an interval of its own keeps psycopg's either way. The same results either way
+(tests/utils_app/test_speed_sockets.py); bench/request_cpu.py measures one against the other served
+(``--source .,SPEED_GEVENT_WAITS=0``).
 """
-from gevent.monkey import get_original, is_module_patched
-
-_poll, _POLLIN = get_original("select", "poll"), get_original("select", "POLLIN")
+from django.conf import settings
+from gevent.monkey import is_module_patched
 
 # psycopg's waits (psycopg.waiting.Wait: R = 1, W = 2, RW = 3) are libev's and libuv's event bits.
 _READ, _WRITE = 1, 2
 
 
-def readable_now(fileno: int) -> bool:
-    """Whether the socket has something to read (data, end of file or an error) right now; never waits."""
-    poller = _poll()
-    poller.register(fileno, _POLLIN)
-    return bool(poller.poll(0))
-
-
-def gevent_patched() -> bool:
-    """Whether this process runs under gevent's monkey-patching (a gevent worker)."""
-    return is_module_patched("select")
+def applies(args: tuple, kwargs: dict) -> bool:
+    """Whether a connection's wait, called with these arguments, goes through ``wait_gevent``: the switch
+    on, a gevent worker (the select module patched), and no deadline or interval of the caller's own."""
+    return settings.SPEED_GEVENT_WAITS and not args and kwargs.get("timeout") is None and is_module_patched("select")
 
 
 def wait_gevent(gen, fileno: int, watchers: dict | None = None):

@@ -1,4 +1,5 @@
-"""Each shortcut of utils_app.fastpath returns what the plain path returns."""
+"""Each speed trick of utils_app.speed returns what its plain twin returns: the same work is run with its
+switch on and off (SPEED_*, gateway/settings.py) and what comes out compared."""
 import pytest
 from django.conf import settings
 from django.core.cache import cache, caches
@@ -8,7 +9,8 @@ from hypothesis import strategies as st
 from rest_framework import serializers as drf_serializers
 
 from gateway.chat_serializers import ChatCompletionRequest
-from utils_app.fastpath import NOT_QUICK, ScriptedRedisCache
+from utils_app.speed.redis_round_trip import ScriptedRedisCache
+from utils_app.speed.validation import NOT_QUICK
 
 PAYLOADS = [
     {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
@@ -84,6 +86,26 @@ def test_shared_fields_and_given_fields_only_validate_exactly_as_drfs_own_path(s
     assert shared == plain
     assert _outcome(serializer_class, payload, copied=True) == plain  # SharedFields.with_data
     _assert_quick_agrees(serializer_class, payload)
+
+
+def _validated(serializer_class, payload):
+    """What the request path makes of ``payload``: (validated data and the names sent) or the errors."""
+    try:
+        data, sent = serializer_class.with_data(payload).validated()
+    except drf_serializers.ValidationError as exc:
+        return "refused", _ordered(exc.detail)
+    return _ordered(data), sorted(sent)
+
+
+@pytest.mark.parametrize("serializer_class", _request_serializers(), ids=lambda cls: cls.__qualname__)
+def test_the_one_pass_validation_gives_what_drfs_own_gives_with_its_switch_off(serializer_class, settings):
+    settings.SPEED_ONE_PASS_VALIDATION = True
+    quick = [_validated(serializer_class, payload) for payload in PAYLOADS]
+    settings.SPEED_ONE_PASS_VALIDATION = False
+    plain = [_validated(serializer_class, payload) for payload in PAYLOADS]
+    assert quick == plain
+    made = serializer_class.with_data(PAYLOADS[0])  # off: DRF's constructor and fields of its own
+    assert made.fields is not serializer_class.with_data(PAYLOADS[0]).fields
 
 
 def _assert_quick_agrees(serializer_class, payload) -> bool:
@@ -248,12 +270,15 @@ def test_validation_leaves_the_shared_fields_as_they_were():
 
 @pytest.mark.skipif(not settings.CACHES["default"]["BACKEND"].endswith(".ScriptedRedisCache"),
                     reason="needs REDIS_URL (the Redis cache); runs in .ci/run")
-def test_run_script_answers_as_the_same_script_sent_with_plain_eval():
+@pytest.mark.parametrize("own_connection", [True, False], ids=["round_trip", "redis-py pipeline"])
+def test_run_script_answers_as_the_same_script_sent_with_plain_eval(own_connection, settings):
     import redis
+
+    settings.SPEED_REDIS_ROUND_TRIP = own_connection
 
     assert isinstance(caches["default"], ScriptedRedisCache)
     source = "return {redis.call('incrby', KEYS[1], ARGV[1]), redis.call('incrby', KEYS[2], ARGV[2])}"
-    keys = [cache.make_key("fastpath:a"), cache.make_key("fastpath:b")]
+    keys = [cache.make_key("speed:a"), cache.make_key("speed:b")]
     plain = redis.Redis.from_url(settings.CACHES["default"]["LOCATION"])
     try:
         plain.delete(*keys)
@@ -320,11 +345,14 @@ def test_every_context_of_the_process_shares_one_redis_client():
 
 @pytest.mark.skipif(not settings.CACHES["default"]["BACKEND"].endswith(".ScriptedRedisCache"),
                     reason="needs REDIS_URL (the Redis cache); runs in .ci/run")
-def test_round_trips_reuse_their_connection_and_get_past_one_the_server_closed():
+@pytest.mark.parametrize("own_connection", [True, False], ids=["round_trip", "redis-py pipeline"])
+def test_round_trips_reuse_their_connection_and_get_past_one_the_server_closed(own_connection, settings):
     import redis
     from redis.exceptions import ResponseError
 
-    name = cache.make_key("fastpath:trips")
+    settings.SPEED_REDIS_ROUND_TRIP = own_connection
+
+    name = cache.make_key("speed:trips")
     plain = redis.Redis.from_url(settings.CACHES["default"]["LOCATION"])
     try:
         plain.delete(name)
@@ -348,7 +376,7 @@ def test_round_trips_reuse_their_connection_and_get_past_one_the_server_closed()
 @pytest.mark.skipif(not settings.CACHES["default"]["BACKEND"].endswith(".ScriptedRedisCache"),
                     reason="needs REDIS_URL (the Redis cache); runs in .ci/run")
 def test_a_round_trip_that_fails_midway_never_gives_its_connection_back(monkeypatch):
-    name = cache.make_key("fastpath:broken")
+    name = cache.make_key("speed:broken")
     cache.round_trip([("DEL", name)])
     shared = cache._shared()
     idle_before = list(shared.idle)
@@ -382,23 +410,65 @@ ROUND_TRIP_COMMANDS = [
 def test_round_trip_commands_are_packed_as_the_connection_packs_them():
     from redis.connection import Connection, PythonRespSerializer
 
-    from utils_app import fastpath
+    from utils_app.speed import redis_round_trip
 
     connection = Connection()  # never connected: packing needs no server
-    fastpath._load_hiredis()  # as the process's first Redis client does
-    assert fastpath._pack_command is not None, "hiredis is pinned in requirements.txt"
+    redis_round_trip._load_hiredis()  # as the process's first Redis client does
+    assert redis_round_trip._pack_command is not None, "hiredis is pinned in requirements.txt"
     expected = b"".join(connection.pack_commands(ROUND_TRIP_COMMANDS))
-    assert fastpath._packed(connection, ROUND_TRIP_COMMANDS) == [expected]
+    assert redis_round_trip._packed(connection, ROUND_TRIP_COMMANDS) == [expected]
     for command in ROUND_TRIP_COMMANDS:
-        assert fastpath._packed(connection, [command]) == [b"".join(connection.pack_commands([command]))]
+        assert redis_round_trip._packed(connection, [command]) == [b"".join(connection.pack_commands([command]))]
     # A value hiredis does not take goes to the connection: redis-py's own conversion, or its own error.
     odd = [("SET", ":1:view", memoryview(b"abc")), ("SET", ":1:array", bytearray(b"xyz"))]
-    assert b"".join(fastpath._packed(connection, odd)) == b"".join(connection.pack_commands(odd))
+    assert b"".join(redis_round_trip._packed(connection, odd)) == b"".join(connection.pack_commands(odd))
     from redis.exceptions import DataError
 
     with pytest.raises(DataError):
-        fastpath._packed(connection, [("SET", ":1:none", None)])
+        redis_round_trip._packed(connection, [("SET", ":1:none", None)])
     # A connection that packs in Python (no hiredis serializer) packs for itself.
     connection._command_packer = PythonRespSerializer(6000, connection.encoder.encode)
-    assert b"".join(fastpath._packed(connection, ROUND_TRIP_COMMANDS)) == b"".join(
+    assert b"".join(redis_round_trip._packed(connection, ROUND_TRIP_COMMANDS)) == b"".join(
         connection.pack_commands(ROUND_TRIP_COMMANDS))
+
+
+# ---------------------------------------------------------------- statements alone (utils_app.speed.statements)
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_run_alone_answers_the_same_on_the_pool_and_through_djangos_cursor(settings):
+    """The same statements, answers, errors and query log with SPEED_STATEMENTS_ALONE on and off (Django's
+    cursor logs the text it sent, with its plan's number once plans were renewed)."""
+    import re
+    from decimal import Decimal
+
+    from django.db import ProgrammingError, connection
+    from django.test.utils import CaptureQueriesContext
+
+    from utils_app.db import release_connection
+    from utils_app.speed.statements import statements_wrapper
+
+    PLAN = re.compile(r" /\* plan \d+ \*/$")
+    statements = [("SELECT %(x)s::int + 1, %(word)s || '!'", {"x": 1, "word": "é"}, False),
+                  ("SELECT g, %(step)s * g FROM generate_series(1, 3) g", {"step": Decimal("0.5")}, True),
+                  ("SELECT 1 WHERE false", {}, True),
+                  ("SELECT %(keys)s::int8[]", {"keys": [1, None, 2**62]}, False)]
+
+    def run():
+        release_connection(connection)
+        with CaptureQueriesContext(connection) as captured:
+            answers = [statements_wrapper().run_alone(sql, params, every_row=every_row)
+                       for sql, params, every_row in statements]
+        try:
+            statements_wrapper().run_alone("UPDATE no_such_table SET x = %(x)s", {"x": 1})
+        except ProgrammingError as exc:
+            answers.append(type(exc.__cause__).__name__)
+        release_connection(connection)
+        assert connection.pool.get_stats().get("requests_waiting", 0) == 0
+        return answers, [PLAN.sub("", query["sql"]) for query in captured.captured_queries]
+
+    settings.SPEED_STATEMENTS_ALONE = True
+    alone = run()
+    settings.SPEED_STATEMENTS_ALONE = False
+    assert run() == alone
+    assert alone[0][0] == ((2, "é!"), 1) and alone[0][-1] == "UndefinedTable"

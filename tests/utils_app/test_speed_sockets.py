@@ -1,4 +1,4 @@
-"""utils_app.sockets: readiness asked of the kernel, and psycopg's waits on gevent's hub."""
+"""utils_app.speed.sockets: readiness asked of the kernel; utils_app.speed.waits: psycopg's waits under gevent."""
 import os
 import socket
 import subprocess
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from utils_app.sockets import readable_now
+from utils_app.speed.sockets import readable_now
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,24 +29,24 @@ def test_a_socket_is_readable_now_only_with_data_or_an_end_waiting():
 
 @pytest.mark.postgres
 @pytest.mark.django_db
-def test_under_gevent_statements_wait_on_the_hub_and_let_other_greenlets_run():
+@pytest.mark.parametrize("gevent_waits", ["1", "0"])
+def test_under_gevent_statements_wait_on_the_hub_and_let_other_greenlets_run(gevent_waits):
     """In a gevent process (a served worker's set-up): a slow statement does not hold up a quick one on
-    another connection, and the waits go through utils_app.sockets.wait_gevent."""
+    another connection, with either wait (SPEED_GEVENT_WAITS): the trick's, whose watchers are kept
+    with each connection, at most one per read, write or both; or psycopg's own, which keeps none."""
     script = textwrap.dedent("""
         from gevent import monkey; monkey.patch_all()
         import os, django, gevent
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway.settings")
         django.setup()
         from django.db import connection
-        from utils_app import sockets
+        from utils_app.speed import waits
         calls = []
-        original = sockets.wait_gevent
+        original = waits.wait_gevent
         def counting(gen, fileno, watchers=None):
-            calls.append((fileno, watchers is not None))
+            calls.append(watchers is not None)
             return original(gen, fileno, watchers)
-        sockets.wait_gevent = counting
-        import utils_app.postgresql.base as backend
-        backend.wait_gevent = counting
+        waits.wait_gevent = counting
         finished = []
         def run(name, sql):
             assert connection.run_alone(sql, {})[0] is not None
@@ -55,17 +55,20 @@ def test_under_gevent_statements_wait_on_the_hub_and_let_other_greenlets_run():
         gevent.sleep(0.05)
         quick = gevent.spawn(run, "quick", "SELECT 1")
         gevent.joinall([slow, quick], raise_error=True)
-        # each connection's watchers kept with it, at most one per read, write, or both
         kept = [getattr(conn, "_watchers", {}) for conn in connection.pool._pool]
-        print(finished, len(calls) > 0 and all(given for _, given in calls),
-              sum(len(w) for w in kept) <= 3 * len(kept) and any(kept))
+        print(finished, len(calls), all(calls), sum(len(w) for w in kept) <= 3 * len(kept) and any(kept))
     """)
     from django.db import connection
 
     database = connection.settings_dict  # the test database pytest-django made
     url = f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}"
-    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env={**os.environ, "DATABASE_URL": url},
-                            capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT,
+                            env={**os.environ, "DATABASE_URL": url, "SPEED_GEVENT_WAITS": gevent_waits},
+                            capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip().splitlines()[-1] == "['quick', 'slow'] True True"
+    finished, calls, given, kept = result.stdout.strip().splitlines()[-1].rsplit(" ", 3)
+    assert finished == "['quick', 'slow']"
+    if gevent_waits == "1":
+        assert int(calls) > 0 and given == "True" and kept == "True"
+    else:
+        assert calls == "0" and kept == "False"

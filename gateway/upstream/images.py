@@ -82,8 +82,12 @@ GIVE_BACK_AFTER_BYTES = 4 * 1024 * 1024
 
 
 def note_fetched(size: int) -> None:
+    """Count a fetched image; past GIVE_BACK_AFTER_BYTES, the end of the request gives the heap back
+    (``give_back_memory`` is connected then, so a request that fetched nothing runs none of this)."""
     global _fetched_bytes
     _fetched_bytes += size
+    if _fetched_bytes >= GIVE_BACK_AFTER_BYTES and _trim is not None:
+        request_finished.connect(give_back_memory, dispatch_uid=_GIVE_BACK)
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
@@ -107,10 +111,11 @@ def give_back_memory(**_: Any) -> None:
     walk over the heap, done only after such requests. Elsewhere (no glibc) nothing happens.
     """
     global _fetched_bytes
+    request_finished.disconnect(dispatch_uid=_GIVE_BACK)  # until the next fetches add up again
     if _fetched_bytes < GIVE_BACK_AFTER_BYTES or _trim is None:
         return
     _fetched_bytes = 0
     _trim(0)
 
 
-request_finished.connect(give_back_memory, dispatch_uid="gateway.upstream.images.give_back_memory")
+_GIVE_BACK = "gateway.upstream.images.give_back_memory"

@@ -3,13 +3,15 @@ shares, whatever its wire.
 
 The neutral shape is the chat completion's (OpenAI's chat.completion and its chunks), so its stop reasons
 are OpenAI's finish reasons and its usage is chat's. Each wire maps to and from these beside its reverse:
-Anthropic's stop reasons in gateway.upstream.anthropic_answer, Gemini's finish reasons in
-gateway.upstream.gemini_answer, the Responses API's incomplete reasons in gateway.upstream.openai. What is
-typed so far and what still travels as a dict is in docs/architecture.md ("One conversation shape").
+Anthropic's stop reasons and usage in gateway.upstream.anthropic_answer, Gemini's finish reasons and
+usageMetadata in gateway.upstream.gemini_answer, the Responses API's incomplete reasons and usage in
+gateway.upstream.openai. What is typed so far and what still travels as a dict is in docs/architecture.md
+("One conversation shape").
 """
 from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Self
 
 
 class StopReason(StrEnum):
@@ -21,6 +23,59 @@ class StopReason(StrEnum):
     TOOL_CALLS = "tool_calls"  # it ends calling one or more tools
     CONTENT_FILTER = "content_filter"  # the provider withheld output, or the model refused
     FUNCTION_CALL = "function_call"  # chat's older single-function call, still read from clients and upstreams
+
+
+def token_count(value: Any) -> int | None:
+    """A token count as reported, when it can be used: a non-negative integer (never a boolean); else None."""
+    return value if type(value) is int and value >= 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """The token counts of one answer. A count is None when it is not known: the wire left it out, or sent
+    it unusable (negative, fractional, text, a boolean), which makes the metering use its own estimate
+    instead (docs/hardening.md). Which counts a wire leaves out, and which it reads as 0, is that wire's
+    mapping's to say. Only the metering clamps a count (gateway.prices).
+
+    ``input_tokens`` counts every input token, the ones read from a cache and written to one included;
+    ``output_tokens`` every output token, reasoning included (chat's prompt_tokens and completion_tokens).
+    """
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_tokens: int | None = None  # of the input, read from a cache
+    reasoning_tokens: int | None = None  # of the output, spent thinking
+    # Of the input, written to a cache: Anthropic's cache_creation_input_tokens, the Responses API's
+    # cache_write_tokens. Chat's usage has no member for it: it is part of prompt_tokens there.
+    cache_write_tokens: int | None = None
+
+    @classmethod
+    def from_chat(cls, usage: Any) -> Self:
+        """Chat's usage object (``to_chat`` is its reverse): each count as reported, when usable."""
+        if not isinstance(usage, dict):
+            return cls()
+        prompt, completion = usage.get("prompt_tokens_details"), usage.get("completion_tokens_details")
+        return cls(input_tokens=token_count(usage.get("prompt_tokens")),
+                   output_tokens=token_count(usage.get("completion_tokens")),
+                   cached_tokens=token_count(prompt.get("cached_tokens")) if isinstance(prompt, dict) else None,
+                   reasoning_tokens=(token_count(completion.get("reasoning_tokens"))
+                                     if isinstance(completion, dict) else None))
+
+    def to_chat(self) -> dict[str, Any]:
+        """Chat's usage object: a member for each count known, total_tokens when both totals are (a usage
+        that knows none is empty); cache writes are in prompt_tokens, as chat counts them."""
+        counted: dict[str, Any] = {}
+        if self.input_tokens is not None:
+            counted["prompt_tokens"] = self.input_tokens
+        if self.output_tokens is not None:
+            counted["completion_tokens"] = self.output_tokens
+        if self.input_tokens is not None and self.output_tokens is not None:
+            counted["total_tokens"] = self.input_tokens + self.output_tokens
+        if self.cached_tokens is not None:
+            counted["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
+        if self.reasoning_tokens is not None:
+            counted["completion_tokens_details"] = {"reasoning_tokens": self.reasoning_tokens}
+        return counted
 
 
 class PassedThrough(dict[str, Any]):

@@ -67,7 +67,11 @@ def cached_tokens(usage: dict) -> int:
 def metered_usage(usage: dict, *, input_tokens: int, output_tokens: int, cached: int, cost: int | None = None) -> dict:
     """OpenAI's usage object of an answer or a stream's usage chunk, showing the counts the ledger keeps
     (clamped, or estimated where the upstream's could not be used) instead of the upstream's, and for a
-    token-priced model ``cost``, the credits charged (CONTRACT section 12)."""
+    token-priced model ``cost``, the credits charged (CONTRACT section 12).
+
+    It works on the upstream's object, not on a gateway.conversation.Usage: every member the counts leave
+    alone stays as sent (OpenAI's audio and prediction tokens, say), and a detail sent unusable is shown as
+    0, where a Usage would not know it."""
     shown = {**usage, "prompt_tokens": input_tokens, "completion_tokens": output_tokens,
              "total_tokens": input_tokens + output_tokens}
     if cost is not None:

@@ -1,30 +1,12 @@
-"""A chat completion as a GenerateContentResponse, with the parts and usage the stream shares with it."""
+"""A chat completion as a GenerateContentResponse, with the parts the stream shares with it."""
 import json
 import uuid
 from typing import Any
 
 from gateway.gemini_api.members import obj
-from gateway.upstream.gemini_answer import google_finish_reason
+from gateway.conversation import Usage
+from gateway.upstream.gemini_answer import google_finish_reason, usage_metadata
 from gateway.upstream.shapes import content_text
-
-
-def usage_metadata(*, input_tokens: int, output_tokens: int, cached: int, reasoning: int) -> dict:
-    """The metered counts as Google's usageMetadata: thinking tokens apart from the answer's, as Google
-    counts them (and both billed as output, as the ledger keeps them)."""
-    reasoning = min(max(reasoning, 0), output_tokens)
-    meta = {"promptTokenCount": input_tokens, "candidatesTokenCount": output_tokens - reasoning,
-            "totalTokenCount": input_tokens + output_tokens}
-    if cached:
-        meta["cachedContentTokenCount"] = cached
-    if reasoning:
-        meta["thoughtsTokenCount"] = reasoning
-    return meta
-
-
-def reasoning_tokens(usage: Any) -> int:
-    details = usage.get("completion_tokens_details") if isinstance(usage, dict) else None
-    value = details.get("reasoning_tokens") if isinstance(details, dict) else None
-    return value if type(value) is int and value > 0 else 0
 
 
 def _arguments(arguments: Any) -> dict:
@@ -69,6 +51,7 @@ def generate_response(completion: dict, *, input_tokens: int, output_tokens: int
                            "finishReason": google_finish_reason(choice.get("finish_reason")),
                            "index": index if type(index) is int else position})
     return {"candidates": candidates,
-            "usageMetadata": usage_metadata(input_tokens=input_tokens, output_tokens=output_tokens, cached=cached,
-                                            reasoning=reasoning_tokens(completion.get("usage"))),
+            "usageMetadata": usage_metadata(Usage(
+                input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached,
+                reasoning_tokens=Usage.from_chat(completion.get("usage")).reasoning_tokens)),
             "modelVersion": completion.get("model"), "responseId": response_id(completion.get("id"))}

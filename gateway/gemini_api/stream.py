@@ -2,12 +2,12 @@
 import json
 from typing import Any
 
-from gateway.conversation import PassedThrough
-from gateway.gemini_api.answer import call_part, reasoning_tokens, response_id, usage_metadata
+from gateway.conversation import PassedThrough, Usage
+from gateway.gemini_api.answer import call_part, response_id
 from gateway.gemini_api.errors import error_body
 from gateway.gemini_api.members import index_or, obj
 from gateway.relay import OpenAIEvents
-from gateway.upstream.gemini_answer import google_finish_reason
+from gateway.upstream.gemini_answer import google_finish_reason, usage_metadata
 from utils_app.errors import GatewayError
 
 
@@ -92,10 +92,7 @@ class GeminiEvents(OpenAIEvents):
     def _response(self, candidates: list[dict], usage: dict | None = None) -> dict:
         item: dict = {"candidates": candidates}
         if usage is not None:
-            item["usageMetadata"] = usage_metadata(
-                input_tokens=_count(usage, "prompt_tokens"), output_tokens=_count(usage, "completion_tokens"),
-                cached=_count(usage.get("prompt_tokens_details") or {}, "cached_tokens"),
-                reasoning=reasoning_tokens(usage))
+            item["usageMetadata"] = usage_metadata(Usage.from_chat(usage))
         item.update(modelVersion=self.model, responseId=self.id)
         return item
 
@@ -121,7 +118,3 @@ class GeminiEvents(OpenAIEvents):
             out += b"]" if self.opened else b"[]"
         return out
 
-
-def _count(counts: dict, name: str) -> int:
-    value = counts.get(name) if isinstance(counts, dict) else None
-    return value if type(value) is int and value >= 0 else 0

@@ -3,8 +3,8 @@ import json
 import uuid
 from typing import Any
 
-from gateway.conversation import PassedThrough
-from gateway.upstream.anthropic_answer import stop_reason
+from gateway.conversation import PassedThrough, Usage
+from gateway.upstream.anthropic_answer import message_usage, stop_reason
 from gateway.upstream.shapes import content_text, tool_call_id
 
 
@@ -14,19 +14,11 @@ def message_id(completion_id) -> str:
     return f"msg_{uuid.uuid4().hex[:24]}"
 
 
-def message_usage(usage) -> dict:
-    """OpenAI's usage as Anthropic's: input_tokens are the ones not read from the cache."""
-    usage = usage if isinstance(usage, dict) else {}
-
-    def count(value) -> int:
-        return value if type(value) is int and value >= 0 else 0
-
-    details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
-    cached = count(details.get("cached_tokens"))
-    shown = {"input_tokens": max(count(usage.get("prompt_tokens")) - cached, 0),
-             "output_tokens": count(usage.get("completion_tokens")),
-             "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached}
-    if type(usage.get("cost")) is int:  # the credits charged (CONTRACT section 12), as the metering set it
+def charged_usage(usage) -> dict:
+    """Chat's usage, as the metering shows it, as Anthropic's (gateway.upstream.anthropic_answer), with the
+    credits charged (CONTRACT section 12) when the metering set them."""
+    shown = message_usage(Usage.from_chat(usage))
+    if isinstance(usage, dict) and type(usage.get("cost")) is int:
         shown["cost"] = usage["cost"]
     return shown
 
@@ -65,8 +57,10 @@ def message_object(completion: dict, *, input_tokens: int, output_tokens: int, c
             function = {}
         content.append({"type": "tool_use", "id": call.get("id") or tool_call_id(),
                         "name": function.get("name") or "", "input": _tool_input(function.get("arguments"))})
+    usage = message_usage(Usage(input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached))
+    if type(charged) is int:
+        usage["cost"] = charged
     return {"id": message_id(completion.get("id")), "type": "message", "role": "assistant",
             "model": completion.get("model"), "content": content,
             "stop_reason": stop_reason(choice.get("finish_reason"), bool(calls)), "stop_sequence": None,
-            "usage": message_usage({"prompt_tokens": input_tokens, "completion_tokens": output_tokens,
-                                    "prompt_tokens_details": {"cached_tokens": cached}, "cost": charged})}
+            "usage": usage}

@@ -2,11 +2,11 @@
 import json
 from collections.abc import Callable
 
-from gateway.conversation import PassedThrough
-from gateway.messages.answer import message_id, message_usage
+from gateway.conversation import PassedThrough, Usage
+from gateway.messages.answer import charged_usage, message_id
 from gateway.messages.errors import error_body
 from gateway.relay import OpenAIEvents, ReplyTokens
-from gateway.upstream.anthropic_answer import stop_reason
+from gateway.upstream.anthropic_answer import message_usage, stop_reason
 from gateway.upstream.shapes import EVENT_NAME, tool_call_id
 from utils_app.errors import GatewayError, UpstreamError
 
@@ -112,7 +112,7 @@ class AnthropicEvents(OpenAIEvents):
     def _start_usage(self, usage) -> dict:
         """message_start's usage: the input the upstream counted, if its first chunk says, else the gateway's
         own count; one output token, the first, as Anthropic counts it there."""
-        counted = message_usage(usage)
+        counted = charged_usage(usage)
         if not (isinstance(usage, dict) and type(usage.get("prompt_tokens")) is int):
             counted["input_tokens"] = self.count_input() if self.count_input else 0
         self.input_tokens = counted["input_tokens"]
@@ -121,9 +121,8 @@ class AnthropicEvents(OpenAIEvents):
     def _final_usage(self) -> dict:
         """message_delta's usage: the metered usage chunk's figures, else the counts made here."""
         if self.usage:
-            return message_usage(self.usage)
-        return {"input_tokens": self.input_tokens, "output_tokens": self.reply.tokens(),
-                "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+            return charged_usage(self.usage)
+        return message_usage(Usage(input_tokens=self.input_tokens, output_tokens=self.reply.tokens(), cached_tokens=0))
 
     @staticmethod
     def _delta(delta: dict, index: int) -> bytes:

@@ -1,4 +1,4 @@
-"""The Responses API's answer shapes: the response object, its usage and output items, and the encrypted
+"""The Responses API's answer shapes: the response object and its output items, and the encrypted
 reasoning wrapped with (and read back as) the deployment that made it."""
 import json
 import re
@@ -34,13 +34,6 @@ def response_object(body: dict, *, response_id: str, created_at: int, model: str
     }
 
 
-def response_usage(*, input_tokens: int, output_tokens: int, cached: int, reasoning: int = 0) -> dict:
-    # cache_write_tokens: OpenAI's usage has it (the SDK requires it); a chat upstream reports none.
-    return {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
-            "output_tokens": output_tokens, "output_tokens_details": {"reasoning_tokens": min(reasoning, output_tokens)},
-            "total_tokens": input_tokens + output_tokens}
-
-
 def message_item(text: str, *, status: str = "completed", item_id: str | None = None) -> dict:
     return {"id": item_id or new_id("msg"), "type": "message", "status": status, "role": "assistant",
             "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
@@ -58,12 +51,6 @@ def call_item(call_id: str, name: str, arguments: str, customs: set[str], *, ite
                 "call_id": call_id, "name": name, "input": text if isinstance(text, str) else json.dumps(text)}
     return {"id": item_id or new_id("fc"), "type": "function_call", "status": "completed", "call_id": call_id,
             "name": name, "arguments": arguments or "{}"}
-
-
-def reasoning_tokens(usage: Any) -> int:
-    details = usage.get("completion_tokens_details") if isinstance(usage, dict) else None
-    value = details.get("reasoning_tokens") if isinstance(details, dict) else None
-    return value if type(value) is int and value >= 0 else 0
 
 
 def wrap(content: Any, deployment: int | None) -> Any:

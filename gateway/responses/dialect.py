@@ -5,16 +5,14 @@ from typing import Any
 
 from gateway import metering
 from gateway.chat_serializers import ChatCompletionRequest
-from gateway.conversation import PassedThrough
+from gateway.conversation import PassedThrough, Usage
 from gateway.models import StoredResponse
 from gateway.pipeline import Meter
 from gateway.responses.answer import (
     call_item,
     message_item,
     origin,
-    reasoning_tokens,
     response_object,
-    response_usage,
     wrap,
 )
 from gateway.responses.chat_request import chat_params
@@ -22,7 +20,7 @@ from gateway.responses.request import new_id, obj
 from gateway.responses.store import conversation
 from gateway.responses.stream import ResponsesEvents
 from gateway.services import ChatDialect
-from gateway.upstream.openai import incomplete_reason
+from gateway.upstream.openai import incomplete_reason, response_usage
 from gateway.upstream.shapes import content_text, tool_call_id
 from keys.models import ApiKey
 from utils_app import clock
@@ -135,8 +133,8 @@ class ResponsesDialect(ChatDialect):
         return item
 
     def answer(self, completion: dict, *, input_tokens: int, output_tokens: int, cached: int) -> dict:
-        usage = response_usage(input_tokens=input_tokens, output_tokens=output_tokens, cached=cached,
-                               reasoning=reasoning_tokens(completion.get("usage")))
+        usage = response_usage(Usage(input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached,
+                                     reasoning_tokens=Usage.from_chat(completion.get("usage")).reasoning_tokens))
         if "cost" in obj(completion.get("usage")):  # the credits charged (CONTRACT section 12)
             usage["cost"] = completion["usage"]["cost"]
         if isinstance(completion, PassedThrough):

@@ -5,11 +5,11 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from gateway import metering
-from gateway.conversation import PassedThrough
+from gateway.conversation import PassedThrough, Usage
 from gateway.relay import OpenAIEvents
-from gateway.responses.answer import call_item, message_item, reasoning_tokens, response_object, response_usage
+from gateway.responses.answer import call_item, message_item, response_object
 from gateway.responses.request import obj
-from gateway.upstream.openai import incomplete_reason
+from gateway.upstream.openai import incomplete_reason, response_usage
 from gateway.upstream.shapes import EVENT_NAME, tool_call_id
 from utils_app.errors import GatewayError, UpstreamError
 
@@ -188,10 +188,7 @@ class ResponsesEvents(OpenAIEvents):
     def _usage(self) -> dict | None:
         if not self.usage:
             return None
-        details = obj(self.usage.get("prompt_tokens_details"))
-        usage = response_usage(input_tokens=int(self.usage.get("prompt_tokens") or 0),
-                               output_tokens=int(self.usage.get("completion_tokens") or 0),
-                               cached=int(details.get("cached_tokens") or 0), reasoning=reasoning_tokens(self.usage))
+        usage = response_usage(Usage.from_chat(self.usage))  # the metered counts
         if "cost" in self.usage:
             usage["cost"] = self.usage["cost"]
         return usage

@@ -1,12 +1,12 @@
 """Anthropic's answer, a message object or its event stream, as an OpenAI-shaped chat answer; and its stop
-reasons as chat's finish reasons beside their reverse (gateway.messages answers with these)."""
+reasons and usage as the neutral ones beside their reverse (gateway.messages answers with these)."""
 import json
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.conversation import StopReason
+from gateway.conversation import StopReason, Usage
 from gateway.upstream.shapes import Malformed, tokens_reported, tool_call_id
 
 # Anthropic's stop reasons as the neutral ones, and the neutral ones as Anthropic's (gateway.messages answers
@@ -35,25 +35,27 @@ def stop_reason(finish: Any, called: bool) -> str:
     return STOP_REASONS[StopReason.TOOL_CALLS] if called else STOP_REASONS.get(finish, "end_turn")
 
 
-def usage(counts: Any) -> dict[str, Any] | None:
-    """Anthropic's usage as OpenAI's: prompt_tokens counts every input token, the ones read from the
-    cache and the ones written to it included (Anthropic's input_tokens counts only the rest)."""
+def usage(counts: Any) -> Usage:
+    """Anthropic's usage as the neutral counts (``message_usage`` is its reverse): the input counts every
+    input token, the ones read from the cache and the ones written to it included (Anthropic's
+    input_tokens counts only the rest). A count left out reads as 0; Anthropic reports no reasoning apart."""
     if not isinstance(counts, dict):
-        return None
-    # A count sent but unusable (negative, fractional, text) leaves its total out, and the gateway's estimate
-    # is metered instead (docs/hardening.md); the metering clamps what is left (gateway.prices).
+        return Usage()
+    # A count sent but unusable (negative, fractional, text) leaves its total unknown, and the gateway's
+    # estimate is metered instead (docs/hardening.md); the metering clamps what is left (gateway.prices).
     cached, fresh, written, output = (tokens_reported(counts, name) for name in (
         "cache_read_input_tokens", "input_tokens", "cache_creation_input_tokens", "output_tokens"))
-    counted: dict[str, Any] = {}
-    if cached is not None and fresh is not None and written is not None:
-        counted["prompt_tokens"] = fresh + cached + written
-    if output is not None:
-        counted["completion_tokens"] = output
-    if len(counted) == 2:
-        counted["total_tokens"] = counted["prompt_tokens"] + counted["completion_tokens"]
-    if cached is not None:
-        counted["prompt_tokens_details"] = {"cached_tokens": cached}
-    return counted
+    whole = fresh + cached + written if cached is not None and fresh is not None and written is not None else None
+    return Usage(input_tokens=whole, output_tokens=output, cached_tokens=cached, cache_write_tokens=written)
+
+
+def message_usage(counted: Usage) -> dict[str, Any]:
+    """The neutral counts as Anthropic's usage (``usage`` is its reverse): every member, a count not known
+    as 0; input_tokens are the ones neither read from the cache nor written to it."""
+    cached, written = counted.cached_tokens or 0, counted.cache_write_tokens or 0
+    return {"input_tokens": max((counted.input_tokens or 0) - cached - written, 0),
+            "output_tokens": counted.output_tokens or 0,
+            "cache_creation_input_tokens": written, "cache_read_input_tokens": cached}
 
 
 def _blocks(body: dict[str, Any], malformed: Malformed) -> list[dict[str, Any]]:
@@ -91,7 +93,7 @@ def completion(body: dict[str, Any], *, model: str, malformed: Malformed) -> dic
               "model": model, "choices": [{"index": 0, "message": message, "logprobs": None,
                                            "finish_reason": finish_reason(body.get("stop_reason") or "end_turn",
                                                                           bool(calls))}]}
-    counted = usage(body.get("usage"))
+    counted = usage(body.get("usage")).to_chat()
     if counted:
         answer["usage"] = counted
     return answer
@@ -174,4 +176,4 @@ class StreamTranslation:
 
     def usage_chunk(self) -> dict[str, Any]:
         return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                "choices": [], "usage": usage(self.counts)}
+                "choices": [], "usage": usage(self.counts).to_chat()}

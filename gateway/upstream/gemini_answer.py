@@ -1,5 +1,5 @@
 """Gemini's answers as OpenAI-shaped ones: a GenerateContentResponse as a chat completion, its stream as
-chunks, its finish reasons beside their reverse (gateway.gemini_api answers with these), its usage, a
+chunks, its finish reasons and usageMetadata beside their reverse (gateway.gemini_api answers with these), a
 blocked prompt, log probabilities, and batchEmbedContents' answer as a list of embeddings."""
 import base64
 import math
@@ -8,7 +8,7 @@ import time
 import uuid
 from typing import Any
 
-from gateway.conversation import StopReason
+from gateway.conversation import StopReason, Usage
 from gateway.upstream.gemini_messages import read_parts
 from gateway.upstream.shapes import Malformed, tokens_reported
 from utils_app.errors import UpstreamRejected
@@ -38,29 +38,36 @@ def google_finish_reason(finish: Any) -> str:
     return GOOGLE_REASONS.get(finish, "STOP")
 
 
-def usage(meta: Any) -> dict[str, Any] | None:
-    """Gemini's usageMetadata as OpenAI's usage. prompt_tokens counts every input token: the prompt (cached
-    part included) and what built-in tools fed back; completion_tokens counts the thinking tokens too, as
-    OpenAI counts reasoning tokens and as Google bills them (at the output price)."""
+def usage(meta: Any) -> Usage:
+    """Gemini's usageMetadata as the neutral counts (``usage_metadata`` is its reverse). The input counts
+    every input token: the prompt (cached part included) and what built-in tools fed back; the output counts
+    the thinking tokens too, as OpenAI counts reasoning tokens and as Google bills them (at the output
+    price). Google leaves out a count of 0: one left out reads as 0."""
     if not isinstance(meta, dict):
-        return None
-    # Google leaves out a count of 0. One sent but unusable (negative, fractional) leaves its total out, and
-    # the gateway's estimate is metered instead (docs/hardening.md); the metering clamps what is left.
+        return Usage()
+    # One sent but unusable (negative, fractional) leaves its total unknown, and the gateway's estimate is
+    # metered instead (docs/hardening.md); the metering clamps what is left.
     prompt, tools, thoughts, candidates, cached = (tokens_reported(meta, name) for name in (
         "promptTokenCount", "toolUsePromptTokenCount", "thoughtsTokenCount", "candidatesTokenCount",
         "cachedContentTokenCount"))
-    counted: dict[str, Any] = {}
-    if prompt is not None and tools is not None:
-        counted["prompt_tokens"] = prompt + tools
-    if candidates is not None and thoughts is not None:
-        counted["completion_tokens"] = candidates + thoughts
-    if len(counted) == 2:
-        counted["total_tokens"] = counted["prompt_tokens"] + counted["completion_tokens"]
-    if cached is not None:
-        counted["prompt_tokens_details"] = {"cached_tokens": cached}
-    if thoughts is not None:
-        counted["completion_tokens_details"] = {"reasoning_tokens": thoughts}
-    return counted
+    return Usage(input_tokens=prompt + tools if prompt is not None and tools is not None else None,
+                 output_tokens=candidates + thoughts if candidates is not None and thoughts is not None else None,
+                 cached_tokens=cached, reasoning_tokens=thoughts)
+
+
+def usage_metadata(counted: Usage) -> dict[str, Any]:
+    """The neutral counts as Google's usageMetadata (``usage`` is its reverse), a count not known as 0:
+    thinking tokens apart from the answer's, as Google counts them (and both billed as output, as the ledger
+    keeps them); a cached or thinking count of 0 left out, as Google leaves it out."""
+    input_tokens, output_tokens = counted.input_tokens or 0, counted.output_tokens or 0
+    reasoning = min(counted.reasoning_tokens or 0, output_tokens)
+    meta = {"promptTokenCount": input_tokens, "candidatesTokenCount": output_tokens - reasoning,
+            "totalTokenCount": input_tokens + output_tokens}
+    if counted.cached_tokens:
+        meta["cachedContentTokenCount"] = counted.cached_tokens
+    if reasoning:
+        meta["thoughtsTokenCount"] = reasoning
+    return meta
 
 
 def blocked(body: dict[str, Any]) -> UpstreamRejected | None:
@@ -128,7 +135,7 @@ def completion(body: dict[str, Any], *, model: str, malformed: Malformed) -> dic
                         "finish_reason": finish_reason(candidate.get("finishReason") or "STOP", bool(calls))})
     answer = {"id": completion_id(body), "object": "chat.completion", "created": int(time.time()), "model": model,
               "choices": choices}
-    counted = usage(body.get("usageMetadata"))
+    counted = usage(body.get("usageMetadata")).to_chat()
     if counted:
         answer["usage"] = counted
     return answer
@@ -168,7 +175,7 @@ class StreamTranslation:
         if rejected:
             raise rejected
         self.id = self.id or completion_id(event)
-        counted = usage(event.get("usageMetadata"))
+        counted = usage(event.get("usageMetadata")).to_chat()
         if counted:
             self.usage = counted
         choices = []

@@ -27,7 +27,7 @@ def _native_translation(answer: dict[str, Any], *, model: str, malformed: Malfor
     as Google answered it (promptFeedback, no candidates): it translates to no choice."""
     if blocked(answer) is not None:
         return {"id": completion_id(answer), "object": "chat.completion", "created": int(time.time()),
-                "model": model, "choices": [], "usage": usage(answer.get("usageMetadata")) or {}}
+                "model": model, "choices": [], "usage": usage(answer.get("usageMetadata")).to_chat()}
     return completion(answer, model=model, malformed=malformed)
 
 
@@ -58,7 +58,7 @@ def _native_chunks(adapter: GeminiAdapter, events: EventStream, *, candidates: i
         chunk = stream.translate(event, malformed=adapter.transport.malformed) or {
             "id": stream.id, "object": "chat.completion.chunk", "created": stream.created, "model": stream.model,
             "choices": []}
-        counted = usage(event.get("usageMetadata"))
+        counted = usage(event.get("usageMetadata")).to_chat()
         if counted:
             chunk["usage"] = counted
         yield PassedThrough(chunk, event)

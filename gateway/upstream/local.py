@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from gateway import local_media, local_models
+from gateway.conversation import Usage
 from gateway.media_serializers import IMAGE_DEFAULTS, SPEECH_DEFAULTS, image_dimensions
 from gateway.tokens import count_tokens
 from gateway.upstream import register
@@ -29,11 +30,6 @@ from utils_app.errors import InvalidRequest
 
 def _completion_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex[:24]}"
-
-
-def _chat_usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
 
 
 def _function_tools(tools: Any) -> list[tuple[str, dict[str, Any] | bool]]:
@@ -160,7 +156,8 @@ class LocalAdapter:
                    for index in range(payload.get("n", 1))]
         return {"id": _completion_id(), "object": "chat.completion", "created": int(time.time()),
                 "model": self.upstream_model, "choices": choices, "system_fingerprint": None,
-                "usage": _chat_usage(_prompt_tokens(payload), _completion_tokens(answer) * len(choices))}
+                "usage": Usage(input_tokens=_prompt_tokens(payload),
+                               output_tokens=_completion_tokens(answer) * len(choices)).to_chat()}
 
     def chat_stream(self, payload: dict[str, Any]) -> ChunkStream:
         # Decided before the stream is made: a request it refuses is an ordinary 400, not a broken stream.
@@ -191,8 +188,8 @@ class LocalAdapter:
                 yield chunk(index, {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
             yield chunk(index, {}, "tool_calls")
         if (payload.get("stream_options") or {}).get("include_usage"):
-            usage = _chat_usage(_prompt_tokens(payload), _completion_tokens(answer) * choices)
-            yield {**head, "choices": [], "usage": usage}
+            usage = Usage(input_tokens=_prompt_tokens(payload), output_tokens=_completion_tokens(answer) * choices)
+            yield {**head, "choices": [], "usage": usage.to_chat()}
 
     def images(self, payload: dict[str, Any]) -> list[Image]:
         width, height = image_dimensions(payload.get("size", IMAGE_DEFAULTS["size"]))

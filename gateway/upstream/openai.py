@@ -5,7 +5,7 @@ from urllib.parse import quote
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from gateway.conversation import PassedThrough, StopReason
+from gateway.conversation import PassedThrough, StopReason, Usage, token_count
 from gateway.media_serializers import SPEECH_DEFAULTS
 from gateway.upstream import register
 from gateway.upstream.base import HttpAdapter
@@ -218,17 +218,30 @@ def _error_message(error: Any) -> str:
     return str(error.get("message") or "unknown error") if isinstance(error, dict) else "unknown error"
 
 
-def response_usage(usage: Any) -> dict[str, Any]:
-    """The Responses API's usage as chat's (input_tokens -> prompt_tokens…); counts left as sent, for the
-    metering to judge (gateway.prices)."""
+def response_counts(usage: Any) -> Usage:
+    """The Responses API's usage as the neutral counts (``response_usage`` is its reverse). A count left out
+    or unusable is not known: the metering estimates a total it cannot read (gateway.prices)."""
     usage = usage if isinstance(usage, dict) else {}
-    found: dict[str, Any] = {"prompt_tokens": usage.get("input_tokens"), "completion_tokens": usage.get("output_tokens")}
-    for name, detail, chat_name in (("input_tokens_details", "cached_tokens", "prompt_tokens_details"),
-                                    ("output_tokens_details", "reasoning_tokens", "completion_tokens_details")):
-        details = usage.get(name)
-        if isinstance(details, dict) and detail in details:
-            found[chat_name] = {detail: details[detail]}
-    return {name: value for name, value in found.items() if value is not None}
+    inputs, outputs = usage.get("input_tokens_details"), usage.get("output_tokens_details")
+    inputs, outputs = inputs if isinstance(inputs, dict) else {}, outputs if isinstance(outputs, dict) else {}
+    return Usage(input_tokens=token_count(usage.get("input_tokens")),
+                 output_tokens=token_count(usage.get("output_tokens")),
+                 cached_tokens=token_count(inputs.get("cached_tokens")),
+                 reasoning_tokens=token_count(outputs.get("reasoning_tokens")),
+                 cache_write_tokens=token_count(inputs.get("cache_write_tokens")))
+
+
+def response_usage(counted: Usage) -> dict[str, Any]:
+    """The neutral counts as the Responses API's usage (``response_counts`` is its reverse): every member,
+    a count not known as 0 (OpenAI's SDK requires each; a chat upstream reports no cache writes), the
+    reasoning never more than the output."""
+    input_tokens, output_tokens = counted.input_tokens or 0, counted.output_tokens or 0
+    return {"input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": counted.cached_tokens or 0,
+                                     "cache_write_tokens": counted.cache_write_tokens or 0},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": min(counted.reasoning_tokens or 0, output_tokens)},
+            "total_tokens": input_tokens + output_tokens}
 
 
 def responses_completion(response: dict[str, Any]) -> dict[str, Any]:
@@ -252,7 +265,7 @@ def responses_completion(response: dict[str, Any]) -> dict[str, Any]:
     completion = {"id": response.get("id"), "object": "chat.completion",
                   "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
     if isinstance(response.get("usage"), dict):
-        completion["usage"] = response_usage(response["usage"])
+        completion["usage"] = response_counts(response["usage"]).to_chat()
     return completion
 
 

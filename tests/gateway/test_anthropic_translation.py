@@ -71,7 +71,7 @@ def test_tool_choice_none_and_a_tool_without_parameters():
 
 def test_usage_counts_every_input_token_and_the_cached_ones_apart():
     assert usage({"input_tokens": 3, "output_tokens": 2, "cache_read_input_tokens": 10,
-                  "cache_creation_input_tokens": 5}) == {
+                  "cache_creation_input_tokens": 5}).to_chat() == {
         "prompt_tokens": 18, "completion_tokens": 2, "total_tokens": 20, "prompt_tokens_details": {"cached_tokens": 10}}
 
 

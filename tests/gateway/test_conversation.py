@@ -1,12 +1,15 @@
-"""The neutral conversation shape (gateway/conversation.py) and each wire's stop reasons mapped to it and
-back: every neutral reason out and in again, every wire reason in and out again. Where two names of a wire
-say one neutral reason (Anthropic's stop_sequence and end_turn) a round trip gives the one the gateway
-answers with, and a test names each such pair, so that a new reason cannot fold into another unseen."""
+"""The neutral conversation shape (gateway/conversation.py) and each wire's stop reasons and usage mapped to
+it and back: every neutral reason out and in again, every wire reason in and out again. Where two names of a
+wire say one neutral reason (Anthropic's stop_sequence and end_turn) a round trip gives the one the gateway
+answers with, and a test names each such pair, so that a new reason cannot fold into another unseen. Usage
+likewise: each wire's usage in and out again, the neutral counts to chat and back, and a test names each
+count a wire folds into another or reads as 0."""
 import json
+from dataclasses import replace
 
 import pytest
 
-from gateway.conversation import PassedThrough, StopReason
+from gateway.conversation import PassedThrough, StopReason, Usage
 from gateway.upstream import anthropic_answer, gemini_answer, openai
 from gateway.upstream.shapes import ChunkStream, commits
 
@@ -119,6 +122,162 @@ def test_every_incomplete_reason_comes_in_and_goes_back_out(wire):
 def test_a_response_incomplete_for_a_reason_never_named_was_cut_short():
     assert responses_finish("incomplete", "a_reason_of_tomorrow") == "length"
     assert openai.incomplete_reason(None) is None and openai.incomplete_reason("stop") is None
+
+
+# ---------------------------------------------------------------- usage, chat's
+
+NEUTRAL_USAGES = [Usage(input_tokens=18, output_tokens=7, cached_tokens=10, reasoning_tokens=3),
+                  Usage(input_tokens=5, output_tokens=2),  # no details: left out, not 0
+                  Usage(input_tokens=0, output_tokens=0, cached_tokens=0, reasoning_tokens=0),
+                  Usage(output_tokens=4, cached_tokens=1),  # the input not known
+                  Usage()]
+
+
+@pytest.mark.parametrize("usage", NEUTRAL_USAGES)
+def test_every_usage_goes_to_chat_and_comes_back(usage):
+    assert Usage.from_chat(usage.to_chat()) == usage
+
+
+def test_chats_usage_has_a_member_for_each_count_known_and_a_total_when_both_are():
+    assert list(Usage(input_tokens=18, output_tokens=7, cached_tokens=10, reasoning_tokens=3).to_chat().items()) == [
+        ("prompt_tokens", 18), ("completion_tokens", 7), ("total_tokens", 25),
+        ("prompt_tokens_details", {"cached_tokens": 10}), ("completion_tokens_details", {"reasoning_tokens": 3})]
+    assert Usage(input_tokens=5).to_chat() == {"prompt_tokens": 5}
+    assert Usage(cached_tokens=0).to_chat() == {"prompt_tokens_details": {"cached_tokens": 0}}
+    assert Usage().to_chat() == {}
+
+
+def test_chat_has_no_member_for_cache_writes_they_are_part_of_its_prompt_tokens():
+    written = Usage(input_tokens=20, output_tokens=2, cached_tokens=5, cache_write_tokens=4)
+    assert written.to_chat()["prompt_tokens"] == 20
+    assert Usage.from_chat(written.to_chat()) == replace(written, cache_write_tokens=None)
+
+
+def test_chat_counts_that_cannot_be_used_are_not_known():
+    assert Usage.from_chat({"prompt_tokens": -1, "completion_tokens": 2.5, "total_tokens": 9,
+                            "prompt_tokens_details": {"cached_tokens": True},
+                            "completion_tokens_details": {"reasoning_tokens": "3"}}) == Usage()
+    assert Usage.from_chat(None) == Usage() and Usage.from_chat({"prompt_tokens_details": [4]}) == Usage()
+    # Members chat's usage carries beside the counts (OpenAI's audio tokens, the credits charged) are no count.
+    assert Usage.from_chat({"prompt_tokens": 3, "cost": 12, "prompt_tokens_details": {"audio_tokens": 2}}) == Usage(
+        input_tokens=3)
+
+
+# ---------------------------------------------------------------- usage, Anthropic's
+
+ANTHROPIC_USAGES = [
+    {"input_tokens": 3, "output_tokens": 2, "cache_creation_input_tokens": 5, "cache_read_input_tokens": 10},
+    {"input_tokens": 12, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+    {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}]
+
+
+@pytest.mark.parametrize("wire", ANTHROPIC_USAGES)
+def test_every_anthropic_usage_comes_in_and_goes_back_out(wire):
+    out = anthropic_answer.message_usage(anthropic_answer.usage(wire))
+    assert list(out.items()) == list(wire.items())
+
+
+def test_anthropic_input_counts_every_input_token_and_the_cached_and_written_ones_apart():
+    assert anthropic_answer.usage(ANTHROPIC_USAGES[0]) == Usage(input_tokens=18, output_tokens=2, cached_tokens=10,
+                                                                cache_write_tokens=5)
+
+
+def test_a_usage_goes_to_anthropic_and_comes_back_but_its_reasoning():
+    usage = Usage(input_tokens=18, output_tokens=7, cached_tokens=10, reasoning_tokens=3, cache_write_tokens=5)
+    # Anthropic reports no reasoning apart from the output; a count not known goes out as 0 and reads back as 0.
+    assert anthropic_answer.usage(anthropic_answer.message_usage(usage)) == replace(usage, reasoning_tokens=None)
+    assert anthropic_answer.usage(anthropic_answer.message_usage(Usage())) == Usage(0, 0, 0, None, 0)
+
+
+def test_anthropic_counts_left_out_read_as_0_and_go_back_out_as_0():
+    assert anthropic_answer.message_usage(anthropic_answer.usage({"input_tokens": 4, "output_tokens": 1})) == {
+        "input_tokens": 4, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+    assert anthropic_answer.usage(None) == Usage()
+
+
+def test_an_anthropic_count_it_cannot_use_leaves_its_total_not_known():
+    counted = anthropic_answer.usage({"input_tokens": 4, "output_tokens": -1, "cache_read_input_tokens": 2,
+                                      "cache_creation_input_tokens": "x"})
+    assert counted == Usage(cached_tokens=2)
+
+
+# ---------------------------------------------------------------- usage, Gemini's usageMetadata
+
+GEMINI_USAGES = [
+    {"promptTokenCount": 20, "candidatesTokenCount": 4, "totalTokenCount": 27, "cachedContentTokenCount": 12,
+     "thoughtsTokenCount": 3},
+    {"promptTokenCount": 11, "candidatesTokenCount": 5, "totalTokenCount": 16},
+    {"promptTokenCount": 0, "candidatesTokenCount": 0, "totalTokenCount": 0}]
+
+
+@pytest.mark.parametrize("wire", GEMINI_USAGES)
+def test_every_gemini_usage_comes_in_and_goes_back_out(wire):
+    out = gemini_answer.usage_metadata(gemini_answer.usage(wire))
+    assert list(out.items()) == list(wire.items())
+
+
+def test_gemini_output_counts_the_thinking_tokens_too():
+    assert gemini_answer.usage(GEMINI_USAGES[0]) == Usage(input_tokens=20, output_tokens=7, cached_tokens=12,
+                                                          reasoning_tokens=3)
+
+
+def test_a_usage_goes_to_gemini_and_comes_back_with_what_gemini_leaves_out_as_0():
+    usage = Usage(input_tokens=18, output_tokens=7, cached_tokens=10, reasoning_tokens=3)
+    assert gemini_answer.usage(gemini_answer.usage_metadata(usage)) == usage
+    # Gemini has no cache writes (they are in the prompt's count); a count not known goes out as 0 or left out.
+    assert gemini_answer.usage(gemini_answer.usage_metadata(replace(usage, cache_write_tokens=4))) == usage
+    assert gemini_answer.usage(gemini_answer.usage_metadata(Usage())) == Usage(0, 0, 0, 0)
+
+
+def test_the_gemini_counts_that_fold_into_another_or_are_left_out_when_0():
+    # What built-in tools fed back goes out as part of the prompt; the total is the gateway's own sum.
+    folded = gemini_answer.usage({"promptTokenCount": 10, "toolUsePromptTokenCount": 4, "candidatesTokenCount": 3,
+                                  "totalTokenCount": 99, "cachedContentTokenCount": 0, "thoughtsTokenCount": 0})
+    assert gemini_answer.usage_metadata(folded) == {"promptTokenCount": 14, "candidatesTokenCount": 3,
+                                                    "totalTokenCount": 17}
+    # Reasoning is never more than the output.
+    assert gemini_answer.usage_metadata(Usage(input_tokens=1, output_tokens=2, reasoning_tokens=5)) == {
+        "promptTokenCount": 1, "candidatesTokenCount": 0, "totalTokenCount": 3, "thoughtsTokenCount": 2}
+
+
+def test_a_gemini_count_it_cannot_use_leaves_its_total_not_known():
+    assert gemini_answer.usage({"promptTokenCount": -3, "candidatesTokenCount": "many"}) == Usage(
+        cached_tokens=0, reasoning_tokens=0)
+    assert gemini_answer.usage(None) == Usage()
+
+
+# ---------------------------------------------------------------- usage, the Responses API's
+
+RESPONSE_USAGES = [
+    {"input_tokens": 30, "input_tokens_details": {"cached_tokens": 20, "cache_write_tokens": 4}, "output_tokens": 9,
+     "output_tokens_details": {"reasoning_tokens": 5}, "total_tokens": 39},
+    {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0}, "output_tokens": 0,
+     "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 0}]
+
+
+@pytest.mark.parametrize("wire", RESPONSE_USAGES)
+def test_every_responses_usage_comes_in_and_goes_back_out(wire):
+    out = openai.response_usage(openai.response_counts(wire))
+    assert json.dumps(out) == json.dumps(wire)  # members and their order
+
+
+def test_a_usage_goes_to_a_response_and_comes_back_with_what_it_does_not_know_as_0():
+    usage = Usage(input_tokens=30, output_tokens=9, cached_tokens=20, reasoning_tokens=5, cache_write_tokens=4)
+    assert openai.response_counts(openai.response_usage(usage)) == usage
+    assert openai.response_counts(openai.response_usage(Usage())) == Usage(0, 0, 0, 0, 0)
+    # Reasoning is never more than the output.
+    assert openai.response_usage(Usage(output_tokens=2, reasoning_tokens=5))["output_tokens_details"] == {
+        "reasoning_tokens": 2}
+
+
+def test_a_responses_count_left_out_or_unusable_is_not_known_and_goes_out_as_0():
+    counted = openai.response_counts({"input_tokens": 7, "output_tokens": -2, "input_tokens_details": None,
+                                      "output_tokens_details": {"reasoning_tokens": "many"}})
+    assert counted == Usage(input_tokens=7)
+    assert openai.response_usage(counted) == {
+        "input_tokens": 7, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": 0, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 7}
+    assert openai.response_counts(None) == Usage()
 
 
 # ---------------------------------------------------------------- what passes through

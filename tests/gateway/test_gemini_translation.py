@@ -7,6 +7,7 @@ import struct
 
 import pytest
 
+from gateway.conversation import Usage
 from gateway.upstream.gemini import gemini_refusal
 from gateway.upstream.gemini_answer import StreamTranslation, completion, embedding_list, finish_reason, usage
 from gateway.upstream.gemini_messages import conversation
@@ -328,12 +329,12 @@ def test_a_malformed_answer_is_an_upstream_failure(body):
 
 
 def test_usage_counts_every_input_and_output_token():
-    assert usage({"promptTokenCount": 10, "toolUsePromptTokenCount": 4, "candidatesTokenCount": 3}) == {
+    assert usage({"promptTokenCount": 10, "toolUsePromptTokenCount": 4, "candidatesTokenCount": 3}).to_chat() == {
         "prompt_tokens": 14, "completion_tokens": 3, "total_tokens": 17, "prompt_tokens_details": {"cached_tokens": 0},
         "completion_tokens_details": {"reasoning_tokens": 0}}
-    assert usage(None) is None
+    assert usage(None) == Usage() and usage(None).to_chat() == {}
     # Counts sent but unusable are left out, so the gateway meters its own estimates (docs/hardening.md).
-    assert usage({"promptTokenCount": -3, "candidatesTokenCount": "many"}) == {
+    assert usage({"promptTokenCount": -3, "candidatesTokenCount": "many"}).to_chat() == {
         "prompt_tokens_details": {"cached_tokens": 0}, "completion_tokens_details": {"reasoning_tokens": 0}}
 
 

@@ -35,7 +35,7 @@ import psycopg
 from django.db.backends.postgresql import base, operations
 
 from utils_app.db import ended_by_server, failure_cause, last_connect_failure, note_connect
-from utils_app.speed import statements, waits
+from utils_app.speed import statements
 
 ENDED_BY_SERVER = "ended by the server while idle in the pool (a restart or a terminated backend)"
 log = logging.getLogger(__name__)
@@ -45,16 +45,6 @@ class Connection(psycopg.Connection):
     """What the pool opens: a psycopg connection that records how each attempt to open one went."""
 
     closed_because = ""  # set when the gateway closes it for a reason the pool's warning should tell
-
-    def wait(self, gen, *args, **kwargs):
-        # Under gevent, each statement's wait on the server goes through this connection's own
-        # watchers on the hub (utils_app.speed.waits) instead of psycopg's poll loop.
-        if waits.applies(args, kwargs):
-            watchers = self.__dict__.get("_watchers")
-            if watchers is None:
-                watchers = self._watchers = {}  # this connection's socket's, for the life of the connection
-            return waits.wait_gevent(gen, self.pgconn.socket, watchers)
-        return super().wait(gen, *args, **kwargs)
 
     @classmethod
     def connect(cls, *args, **kwargs):

@@ -143,7 +143,8 @@ def own_connection():
     params.pop("context", None)
     params.update(autocommit=True, prepare_threshold=0)
     conn = psycopg.connect(**params)
-    conn.execute("CREATE TEMPORARY TABLE alone (id bigserial PRIMARY KEY, n bigint, word text UNIQUE)", prepare=False)
+    conn.execute("CREATE TEMPORARY TABLE alone (id bigserial PRIMARY KEY, n bigint, word text UNIQUE, flag boolean, "
+                 "at timestamptz, naive timestamp, amount numeric)", prepare=False)
     yield conn
     conn.close()
 

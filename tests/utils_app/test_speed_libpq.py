@@ -4,33 +4,18 @@ Each test sends the statements through ``run`` and reads them back through psyco
 twin, so both must agree on every value; the metered request with the switch either way is in
 tests/gateway/test_statements_alone.py."""
 import pytest
-from django.db import connection
 
+from tests.gateway.test_statements_alone import own_connection  # noqa: F401  (the fixture, shared)
 from utils_app.speed.libpq import run
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
-
-
-@pytest.fixture
-def own_connection():
-    """A psycopg connection of its own to the test database, in autocommit, preparing as the pool's do."""
-    import psycopg
-
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    params.update(autocommit=True, prepare_threshold=0)
-    conn = psycopg.connect(**params)
-    conn.execute("CREATE TEMPORARY TABLE alone (id bigserial PRIMARY KEY, n bigint, word text UNIQUE, "
-                 "flag boolean, at timestamptz, naive timestamp, amount numeric)")
-    yield conn
-    conn.close()
 
 
 def _prepared(conn):
     """The statements ``run`` prepared on ``conn`` (psycopg's own, for the test's queries, aside)."""
     return [row[0] for row in conn.execute("SELECT name FROM pg_prepared_statements WHERE name LIKE '\\_gw\\_%%' "
                                            "ORDER BY name", prepare=False)]
+
 
 def test_each_parameter_type_arrives_as_psycopg_would_send_it(own_connection):
     from datetime import datetime, timezone

@@ -4,8 +4,8 @@ shares, whatever its wire.
 The neutral shape is the chat completion's (OpenAI's chat.completion and its chunks), so its stop reasons
 are OpenAI's finish reasons, its usage is chat's and its tool calls are chat's. Each wire maps to and from
 these beside its reverse: Anthropic's stop reasons, usage and tool_use blocks in
-gateway.upstream.anthropic_answer, Gemini's finish reasons and usageMetadata in gateway.upstream.gemini_answer,
-the Responses API's incomplete reasons and usage in gateway.upstream.openai. What is typed so far and what still travels as a dict is in docs/architecture.md
+gateway.upstream.anthropic_answer, Gemini's finish reasons, usageMetadata and functionCall parts in
+gateway.upstream.gemini_answer, the Responses API's incomplete reasons and usage in gateway.upstream.openai. What is typed so far and what still travels as a dict is in docs/architecture.md
 ("One conversation shape").
 """
 import json

@@ -5,7 +5,8 @@ The neutral shape is the chat completion's (OpenAI's chat.completion and its chu
 are OpenAI's finish reasons, its usage is chat's and its tool calls are chat's. Each wire maps to and from
 these beside its reverse: Anthropic's stop reasons, usage and tool_use blocks in
 gateway.upstream.anthropic_answer, Gemini's finish reasons, usageMetadata and functionCall parts in
-gateway.upstream.gemini_answer, the Responses API's incomplete reasons and usage in gateway.upstream.openai. What is typed so far and what still travels as a dict is in docs/architecture.md
+gateway.upstream.gemini_answer, the Responses API's incomplete reasons, usage and function_call items in
+gateway.upstream.openai. What is typed so far and what still travels as a dict is in docs/architecture.md
 ("One conversation shape").
 """
 import json

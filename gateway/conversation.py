@@ -2,12 +2,14 @@
 shares, whatever its wire.
 
 The neutral shape is the chat completion's (OpenAI's chat.completion and its chunks), so its stop reasons
-are OpenAI's finish reasons and its usage is chat's. Each wire maps to and from these beside its reverse:
-Anthropic's stop reasons and usage in gateway.upstream.anthropic_answer, Gemini's finish reasons and
-usageMetadata in gateway.upstream.gemini_answer, the Responses API's incomplete reasons and usage in
+are OpenAI's finish reasons, its usage is chat's and its tool calls are chat's. Each wire maps to and from
+these beside its reverse: Anthropic's stop reasons, usage and tool_use blocks in
+gateway.upstream.anthropic_answer, Gemini's finish reasons, usageMetadata and functionCall parts in
+gateway.upstream.gemini_answer, the Responses API's incomplete reasons, usage and function_call items in
 gateway.upstream.openai. What is typed so far and what still travels as a dict is in docs/architecture.md
 ("One conversation shape").
 """
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -76,6 +78,49 @@ class Usage:
         if self.reasoning_tokens is not None:
             counted["completion_tokens_details"] = {"reasoning_tokens": self.reasoning_tokens}
         return counted
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A function the model asks the client to call, as an answer carries it. ``arguments`` is the JSON
+    text chat carries, as the model wrote it: it may be empty, or not parse, or parse to something other
+    than an object, and it goes out to chat unchanged; a wire that wants an object reads
+    ``arguments_object``. An ``id`` of "" is one the answer did not give: each wire's mapping says whether
+    it makes one up or leaves it out."""
+
+    id: str
+    name: str
+    arguments: str
+
+    @classmethod
+    def from_chat(cls, entry: Any) -> Self:
+        """Chat's tool_calls entry (``to_chat`` is its reverse). An id or a name that is not a string reads
+        as "" (not given); arguments sent as a JSON value instead of its text (some OpenAI-compatible
+        servers send an object) read as that value's JSON text, and none (or an empty value) as ""."""
+        found: dict[str, Any] = entry if isinstance(entry, dict) else {}
+        function = found.get("function")
+        if not isinstance(function, dict):
+            function = {}
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False) if arguments else ""
+        return cls(id=found["id"] if isinstance(found.get("id"), str) else "",
+                   name=function["name"] if isinstance(function.get("name"), str) else "", arguments=arguments)
+
+    def to_chat(self, index: int | None = None) -> dict[str, Any]:
+        """Chat's tool_calls entry; with ``index`` a streamed delta's, which names the call it adds to."""
+        entry: dict[str, Any] = {} if index is None else {"index": index}
+        entry.update(id=self.id, type="function", function={"name": self.name, "arguments": self.arguments})
+        return entry
+
+    def arguments_object(self) -> dict[str, Any]:
+        """The arguments as the JSON object they are; {} when they are empty, do not parse, or are not an
+        object (a wire that carries an object has nothing else to send)."""
+        try:
+            value = json.loads(self.arguments)
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
 
 
 class PassedThrough(dict[str, Any]):

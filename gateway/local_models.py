@@ -28,6 +28,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from gateway.conversation import ToolCall
 from gateway.local_schema import SchemaValues
 from gateway.tokens import count_tokens_in_place
 from utils_app import event_loop
@@ -125,13 +126,6 @@ _USE_TOOL_RE = re.compile(r"(?<![\w-])(?i:use)[ \t]+([\w.-]+)[ \t]*:[ \t]*([^\r\
 # the model and carries the reply.
 JSON_OBJECT_SCHEMA = {"type": "object", "properties": {"model": {"const": "local-chat"}, "reply": {"type": "string"}},
                       "required": ["model", "reply"], "additionalProperties": False}
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    id: str
-    name: str
-    arguments: str  # a JSON object, as a model sends a function's arguments
 
 
 @dataclass(frozen=True)

@@ -1,27 +1,11 @@
-"""A chat completion as a GenerateContentResponse, with the parts the stream shares with it."""
-import json
+"""A chat completion as a GenerateContentResponse, with the response id the stream shares with it."""
 import uuid
 from typing import Any
 
 from gateway.gemini_api.members import obj
-from gateway.conversation import Usage
-from gateway.upstream.gemini_answer import google_finish_reason, usage_metadata
+from gateway.conversation import ToolCall, Usage
+from gateway.upstream.gemini_answer import function_call_part, google_finish_reason, usage_metadata
 from gateway.upstream.shapes import content_text
-
-
-def _arguments(arguments: Any) -> dict:
-    try:
-        value = json.loads(arguments) if isinstance(arguments, str) else arguments
-    except ValueError:
-        value = None
-    return value if isinstance(value, dict) else {}
-
-
-def call_part(call_id: Any, name: Any, arguments: Any) -> dict:
-    call: dict = {"name": name if isinstance(name, str) else "", "args": _arguments(arguments)}
-    if isinstance(call_id, str) and call_id:
-        call["id"] = call_id
-    return {"functionCall": call}
 
 
 def response_id(completion_id: Any) -> str:
@@ -42,10 +26,8 @@ def generate_response(completion: dict, *, input_tokens: int, output_tokens: int
         text = content_text(message.get("content"))
         if text:
             parts.append({"text": text})
-        for call in message.get("tool_calls") or ():
-            if isinstance(call, dict):
-                function = obj(call.get("function"))
-                parts.append(call_part(call.get("id"), function.get("name"), function.get("arguments")))
+        parts += [function_call_part(ToolCall.from_chat(call)) for call in message.get("tool_calls") or ()
+                  if isinstance(call, dict)]
         index = choice.get("index")
         candidates.append({"content": {"role": "model", "parts": parts},
                            "finishReason": google_finish_reason(choice.get("finish_reason")),

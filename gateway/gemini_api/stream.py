@@ -1,13 +1,14 @@
 """Chat chunks as streamGenerateContent answers them: SSE events with ``?alt=sse``, else one JSON array."""
 import json
+from dataclasses import replace
 from typing import Any
 
-from gateway.conversation import PassedThrough, Usage
-from gateway.gemini_api.answer import call_part, response_id
+from gateway.conversation import PassedThrough, ToolCall, Usage
+from gateway.gemini_api.answer import response_id
 from gateway.gemini_api.errors import error_body
 from gateway.gemini_api.members import index_or, obj
 from gateway.relay import OpenAIEvents
-from gateway.upstream.gemini_answer import google_finish_reason, usage_metadata
+from gateway.upstream.gemini_answer import function_call_part, google_finish_reason, usage_metadata
 from utils_app.errors import GatewayError
 
 
@@ -28,7 +29,7 @@ class GeminiEvents(OpenAIEvents):
         self.sse = sse
         self.opened = False  # something was written (the array's "[" included)
         self.passed_through = False  # the events are Google's own, usageMetadata included
-        self.calls: dict[int, dict[int, dict]] = {}  # choice -> tool call index -> id, name, arguments so far
+        self.calls: dict[int, dict[int, ToolCall]] = {}  # choice -> tool call index -> the call so far
         self.final: list[dict] = []  # the candidates that finished, held for the usage
         self.id = ""
         self.model: Any = None
@@ -63,8 +64,7 @@ class GeminiEvents(OpenAIEvents):
             for call in delta.get("tool_calls") or ():
                 self._add_call(index, call)
             if choice.get("finish_reason"):
-                parts += [call_part(call["id"], call["name"], call["arguments"])
-                          for _, call in sorted(self.calls.pop(index, {}).items())]
+                parts += [function_call_part(call) for _, call in sorted(self.calls.pop(index, {}).items())]
                 self.final.append({"content": {"role": "model", "parts": parts},
                                    "finishReason": google_finish_reason(choice["finish_reason"]),
                                    "index": index})
@@ -80,14 +80,12 @@ class GeminiEvents(OpenAIEvents):
         if not isinstance(call, dict):
             return
         position = index_or(call.get("index"), 0)
-        function = obj(call.get("function"))
-        held = self.calls.setdefault(index, {}).setdefault(position, {"id": None, "name": "", "arguments": ""})
-        if isinstance(call.get("id"), str) and call["id"]:
-            held["id"] = call["id"]
-        if isinstance(function.get("name"), str) and function["name"]:
-            held["name"] = function["name"]
-        if isinstance(function.get("arguments"), str):
-            held["arguments"] += function["arguments"]
+        piece = obj(call.get("function")).get("arguments")
+        calls, delta = self.calls.setdefault(index, {}), ToolCall.from_chat(call)
+        held = calls.get(position, ToolCall(id="", name="", arguments=""))
+        # A delta's id and name, when it has them, are the call's; its arguments (text only) add to them.
+        calls[position] = replace(held, id=delta.id or held.id, name=delta.name or held.name,
+                                  arguments=held.arguments + (piece if isinstance(piece, str) else ""))
 
     def _response(self, candidates: list[dict], usage: dict | None = None) -> dict:
         item: dict = {"candidates": candidates}
@@ -100,9 +98,8 @@ class GeminiEvents(OpenAIEvents):
         """The finished candidates, with the usage; a stream that finished no candidate ends with one that
         says STOP, so that a client always reads a finish reason."""
         candidates = self.final or [{"content": {"role": "model", "parts": [
-            call_part(call["id"], call["name"], call["arguments"])
-            for calls in self.calls.values() for _, call in sorted(calls.items())]}, "finishReason": "STOP",
-            "index": 0}]
+            function_call_part(call) for calls in self.calls.values() for _, call in sorted(calls.items())]},
+            "finishReason": "STOP", "index": 0}]
         self.final, self.calls = [], {}
         return self._frame(self._response(candidates, usage))
 

@@ -1,11 +1,10 @@
 """A chat completion as Anthropic's message object, and the id and usage the event stream shares with it."""
-import json
 import uuid
 from typing import Any
 
-from gateway.conversation import PassedThrough, Usage
-from gateway.upstream.anthropic_answer import message_usage, stop_reason
-from gateway.upstream.shapes import content_text, tool_call_id
+from gateway.conversation import PassedThrough, ToolCall, Usage
+from gateway.upstream.anthropic_answer import message_usage, stop_reason, tool_use
+from gateway.upstream.shapes import content_text
 
 
 def message_id(completion_id) -> str:
@@ -21,14 +20,6 @@ def charged_usage(usage) -> dict:
     if isinstance(usage, dict) and type(usage.get("cost")) is int:
         shown["cost"] = usage["cost"]
     return shown
-
-
-def _tool_input(arguments) -> dict:
-    try:
-        value = json.loads(arguments) if isinstance(arguments, str) else arguments
-    except ValueError:
-        value = None
-    return value if isinstance(value, dict) else {}
 
 
 def message_object(completion: dict, *, input_tokens: int, output_tokens: int, cached: int) -> dict:
@@ -50,13 +41,8 @@ def message_object(completion: dict, *, input_tokens: int, output_tokens: int, c
     text = content_text(message.get("content"))
     if text:
         content.append({"type": "text", "text": text})
-    calls = [call for call in message.get("tool_calls") or () if isinstance(call, dict)]
-    for call in calls:
-        function = call.get("function")
-        if not isinstance(function, dict):
-            function = {}
-        content.append({"type": "tool_use", "id": call.get("id") or tool_call_id(),
-                        "name": function.get("name") or "", "input": _tool_input(function.get("arguments"))})
+    calls = [ToolCall.from_chat(call) for call in message.get("tool_calls") or () if isinstance(call, dict)]
+    content += [tool_use(call) for call in calls]
     usage = message_usage(Usage(input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached))
     if type(charged) is int:
         usage["cost"] = charged

@@ -1,13 +1,14 @@
 """Chat chunks as Anthropic's Messages event stream (``message_start`` … ``message_stop``)."""
 import json
 from collections.abc import Callable
+from dataclasses import replace
 
-from gateway.conversation import PassedThrough, Usage
+from gateway.conversation import PassedThrough, ToolCall, Usage
 from gateway.messages.answer import charged_usage, message_id
 from gateway.messages.errors import error_body
 from gateway.relay import OpenAIEvents, ReplyTokens
-from gateway.upstream.anthropic_answer import message_usage, stop_reason
-from gateway.upstream.shapes import EVENT_NAME, tool_call_id
+from gateway.upstream.anthropic_answer import message_usage, stop_reason, tool_use
+from gateway.upstream.shapes import EVENT_NAME
 from utils_app.errors import GatewayError, UpstreamError
 
 
@@ -100,8 +101,8 @@ class AnthropicEvents(OpenAIEvents):
             function = {}
         events = []
         if position not in self.tools:
-            events += self._start_block({"type": "tool_use", "id": call.get("id") or tool_call_id(),
-                                         "name": function.get("name") or "", "input": {}})
+            # The block opens with its input empty; the arguments follow as input_json_delta pieces.
+            events += self._start_block(tool_use(replace(ToolCall.from_chat(call), arguments="")))
             self.tools[position] = self.index
         if isinstance(function.get("arguments"), str) and function["arguments"]:
             self.reply.add(function["arguments"])

@@ -1,10 +1,11 @@
 """The Responses API's answer shapes: the response object and its output items, and the encrypted
 reasoning wrapped with (and read back as) the deployment that made it."""
-import json
 import re
 from typing import Any
 
+from gateway.conversation import ToolCall
 from gateway.responses.request import new_id, obj
+from gateway.upstream.openai import custom_tool_call_item, function_call_item
 
 # An encrypted reasoning item's content as the gateway hands it out: which deployment made it, then the
 # upstream's own text (which only that upstream account can read).
@@ -39,18 +40,12 @@ def message_item(text: str, *, status: str = "completed", item_id: str | None = 
             "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
 
 
-def call_item(call_id: str, name: str, arguments: str, customs: set[str], *, item_id: str | None = None) -> dict:
-    """A chat tool call as a function_call item, or a custom_tool_call for a custom tool (its ``input``)."""
-    if name in customs:
-        try:
-            value = json.loads(arguments) if arguments else {}
-        except ValueError:
-            value = arguments
-        text = value.get("input") if isinstance(value, dict) else value
-        return {"id": item_id or new_id("ctc"), "type": "custom_tool_call", "status": "completed",
-                "call_id": call_id, "name": name, "input": text if isinstance(text, str) else json.dumps(text)}
-    return {"id": item_id or new_id("fc"), "type": "function_call", "status": "completed", "call_id": call_id,
-            "name": name, "arguments": arguments or "{}"}
+def call_item(call: ToolCall, customs: set[str], *, item_id: str | None = None) -> dict:
+    """A tool call as a function_call item, or a custom_tool_call for a custom tool (its ``input``), as
+    gateway.upstream.openai maps them; a new item id unless ``item_id`` is given."""
+    if call.name in customs:
+        return custom_tool_call_item(call, item_id=item_id or new_id("ctc"))
+    return function_call_item(call, item_id=item_id or new_id("fc"))
 
 
 def wrap(content: Any, deployment: int | None) -> Any:

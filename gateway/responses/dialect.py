@@ -5,7 +5,7 @@ from typing import Any
 
 from gateway import metering
 from gateway.chat_serializers import ChatCompletionRequest
-from gateway.conversation import PassedThrough, Usage
+from gateway.conversation import PassedThrough, ToolCall, Usage
 from gateway.models import StoredResponse
 from gateway.pipeline import Meter
 from gateway.responses.answer import (
@@ -21,7 +21,7 @@ from gateway.responses.store import conversation
 from gateway.responses.stream import ResponsesEvents
 from gateway.services import ChatDialect
 from gateway.upstream.openai import incomplete_reason, response_usage
-from gateway.upstream.shapes import content_text, tool_call_id
+from gateway.upstream.shapes import content_text
 from keys.models import ApiKey
 from utils_app import clock
 
@@ -148,10 +148,7 @@ class ResponsesDialect(ChatDialect):
         text = content_text(message.get("content"))
         if text:
             output.append(message_item(text))
-        for call in message.get("tool_calls") or ():
-            function = obj(obj(call).get("function"))
-            output.append(call_item(obj(call).get("id") or tool_call_id(), str(function.get("name") or ""),
-                                    str(function.get("arguments") or ""), self.customs))
+        output += [call_item(ToolCall.from_chat(call), self.customs) for call in message.get("tool_calls") or ()]
         reason = incomplete_reason(choice.get("finish_reason"))
         self.final = response_object(self.body, response_id=self.response_id, created_at=self.created_at,
                                      model=self.model, output=output, status="incomplete" if reason else "completed",

@@ -2,15 +2,16 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gateway import metering
-from gateway.conversation import PassedThrough, Usage
+from gateway.conversation import PassedThrough, ToolCall, Usage
 from gateway.relay import OpenAIEvents
 from gateway.responses.answer import call_item, message_item, response_object
 from gateway.responses.request import obj
 from gateway.upstream.openai import incomplete_reason, response_usage
-from gateway.upstream.shapes import EVENT_NAME, tool_call_id
+from gateway.upstream.shapes import EVENT_NAME
 from utils_app.errors import GatewayError, UpstreamError
 
 if TYPE_CHECKING:  # the dialect makes the events: a name for the type only
@@ -97,8 +98,8 @@ class ResponsesEvents(OpenAIEvents):
         events = []
         if position not in self.tools:
             events += self._close()
-            name = str(function.get("name") or "")
-            item = call_item(str(call.get("id") or tool_call_id()), name, "", self.dialect.customs)
+            # The item opens with its arguments empty; they follow as they arrive.
+            item = call_item(replace(ToolCall.from_chat(call), arguments=""), self.dialect.customs)
             item.update(status="in_progress", **({"input": ""} if item["type"] == "custom_tool_call" else
                                                   {"arguments": ""}))
             events += self._open(item)
@@ -134,8 +135,8 @@ class ResponsesEvents(OpenAIEvents):
                                                                   "content_index": 0, "part": part})]
             done = {**item, "status": "completed", "content": [part]}
         else:
-            done = call_item(item["call_id"], item["name"], self.arguments.get(index, ""), self.dialect.customs,
-                             item_id=item["id"])
+            done = call_item(ToolCall(id=item["call_id"], name=item["name"], arguments=self.arguments.get(index, "")),
+                             self.dialect.customs, item_id=item["id"])
             if done["type"] == "custom_tool_call":
                 events += [self._event("response.custom_tool_call_input.delta", {
                                "item_id": item["id"], "output_index": index, "delta": done["input"]}),

@@ -1,12 +1,13 @@
 """Anthropic's answer, a message object or its event stream, as an OpenAI-shaped chat answer; and its stop
-reasons and usage as the neutral ones beside their reverse (gateway.messages answers with these)."""
+reasons, usage and tool_use blocks as the neutral ones beside their reverse (gateway.messages answers with
+these)."""
 import json
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from gateway.conversation import StopReason, Usage
+from gateway.conversation import StopReason, ToolCall, Usage
 from gateway.upstream.shapes import Malformed, tokens_reported, tool_call_id
 
 # Anthropic's stop reasons as the neutral ones, and the neutral ones as Anthropic's (gateway.messages answers
@@ -65,12 +66,20 @@ def _blocks(body: dict[str, Any], malformed: Malformed) -> list[dict[str, Any]]:
     return content
 
 
-def _tool_call(block: dict[str, Any], malformed: Malformed) -> dict[str, Any]:
+def tool_call(block: dict[str, Any], malformed: Malformed) -> ToolCall:
+    """A tool_use block as the neutral tool call (``tool_use`` is its reverse): an id left out or empty is
+    made up (a chat tool call always has one), an input left out reads as {}; a name that is not a string
+    or an input that is not an object is a malformed answer."""
     if not isinstance(block.get("name"), str) or not isinstance(block.get("input", {}), dict):
         raise malformed("tool call")
-    return {"id": block["id"] if isinstance(block.get("id"), str) and block["id"] else tool_call_id(),
-            "type": "function",
-            "function": {"name": block["name"], "arguments": json.dumps(block.get("input") or {}, ensure_ascii=False)}}
+    return ToolCall(id=block["id"] if isinstance(block.get("id"), str) and block["id"] else tool_call_id(),
+                    name=block["name"], arguments=json.dumps(block.get("input") or {}, ensure_ascii=False))
+
+
+def tool_use(call: ToolCall) -> dict[str, Any]:
+    """The neutral tool call as a tool_use block (``tool_call`` is its reverse): an id not given is made up,
+    the input is the arguments' object ({} when they are empty, do not parse or are not an object)."""
+    return {"type": "tool_use", "id": call.id or tool_call_id(), "name": call.name, "input": call.arguments_object()}
 
 
 def _completion_id(message_id: Any) -> str:
@@ -84,7 +93,7 @@ def completion(body: dict[str, Any], *, model: str, malformed: Malformed) -> dic
         if block.get("type") == "text" and isinstance(block.get("text"), str):
             texts.append(block["text"])
         elif block.get("type") == "tool_use":
-            calls.append(_tool_call(block, malformed))
+            calls.append(tool_call(block, malformed).to_chat())
         # thinking blocks and server tools' blocks are not part of OpenAI's answer
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
     if calls:
@@ -147,9 +156,9 @@ class StreamTranslation:
             if block.get("type") == "tool_use":
                 self.blocks[index] = _Block("tool_use", self.calls)
                 self.calls += 1
-                call = _tool_call({**block, "input": {}}, malformed)
-                call["function"]["arguments"] = ""
-                return self.chunk({"tool_calls": [{"index": self.blocks[index].call, **call}]})
+                # The block opens with its input empty; the input follows in input_json_delta pieces.
+                call = replace(tool_call({**block, "input": {}}, malformed), arguments="")
+                return self.chunk({"tool_calls": [call.to_chat(self.blocks[index].call)]})
             self.blocks[index] = _Block(str(block.get("type")))
             if block.get("type") == "text" and isinstance(block.get("text"), str) and block["text"]:
                 return self.chunk({"content": block["text"]})

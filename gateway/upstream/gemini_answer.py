@@ -1,16 +1,18 @@
 """Gemini's answers as OpenAI-shaped ones: a GenerateContentResponse as a chat completion, its stream as
-chunks, its finish reasons and usageMetadata beside their reverse (gateway.gemini_api answers with these), a
-blocked prompt, log probabilities, and batchEmbedContents' answer as a list of embeddings."""
+chunks, its finish reasons, usageMetadata and functionCall parts beside their reverse (gateway.gemini_api
+answers with these), a blocked prompt, log probabilities, and batchEmbedContents' answer as a list of
+embeddings."""
 import base64
+import json
 import math
 import struct
 import time
 import uuid
 from typing import Any
 
-from gateway.conversation import StopReason, Usage
-from gateway.upstream.gemini_messages import read_parts
-from gateway.upstream.shapes import Malformed, tokens_reported
+from gateway.conversation import StopReason, ToolCall, Usage
+from gateway.upstream.gemini_messages import SIGNATURE_KEY
+from gateway.upstream.shapes import Malformed, tokens_reported, tool_call_id
 from utils_app.errors import UpstreamRejected
 
 # Gemini's finish reasons as the neutral stop reasons, and the neutral ones as Gemini's (gateway.gemini_api
@@ -68,6 +70,52 @@ def usage_metadata(counted: Usage) -> dict[str, Any]:
     if reasoning:
         meta["thoughtsTokenCount"] = reasoning
     return meta
+
+
+def tool_call(call: Any, malformed: Malformed) -> ToolCall:
+    """A functionCall as the neutral tool call (``function_call_part`` is its reverse): an id left out or
+    empty is made up (a chat tool call always has one; Gemini before 3 sends none), args left out or empty
+    read as {}; a name that is not a string or args that are not an object are a malformed answer."""
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        raise malformed("function call")
+    args = call.get("args") or {}
+    if not isinstance(args, dict):
+        raise malformed("function call")
+    return ToolCall(id=call["id"] if isinstance(call.get("id"), str) and call["id"] else tool_call_id(),
+                    name=call["name"], arguments=json.dumps(args, ensure_ascii=False))
+
+
+def function_call_part(call: ToolCall) -> dict[str, Any]:
+    """The neutral tool call as a functionCall part (``tool_call`` is its reverse): args are the arguments'
+    object ({} when they are empty, do not parse or are not an object); an id not given is left out, as
+    Gemini leaves it out, not made up."""
+    found: dict[str, Any] = {"name": call.name, "args": call.arguments_object()}
+    if call.id:
+        found["id"] = call.id
+    return {"functionCall": found}
+
+
+def read_parts(candidate: dict[str, Any], malformed: Malformed) -> tuple[list[str], list[dict[str, Any]]]:
+    """The answer's text pieces and function calls, these as chat's tool_calls entries, each with its
+    thought signature under SIGNATURE_KEY as Gemini sent it (thought summaries left out)."""
+    content = candidate.get("content") or {}
+    parts = content.get("parts") if isinstance(content, dict) else None
+    if parts is None:
+        return [], []
+    if not isinstance(parts, list):
+        raise malformed("response")
+    texts, calls = [], []
+    for part in parts:
+        if not isinstance(part, dict):
+            raise malformed("response")
+        if isinstance(part.get("text"), str) and not part.get("thought"):
+            texts.append(part["text"])
+        elif "functionCall" in part:
+            found = tool_call(part["functionCall"], malformed).to_chat()
+            if isinstance(part.get("thoughtSignature"), str):
+                found["extra_content"] = {SIGNATURE_KEY: {"thought_signature": part["thoughtSignature"]}}
+            calls.append(found)
+    return texts, calls
 
 
 def blocked(body: dict[str, Any]) -> UpstreamRejected | None:

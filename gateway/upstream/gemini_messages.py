@@ -1,12 +1,11 @@
-"""The conversation both ways: OpenAI-shaped chat messages as Gemini's system instruction and contents
-(text, images, audio and files as parts, tool calls and their results as function calls and responses),
-and the parts of Gemini's answer back as text and tool calls. A function call's thought signature goes
-out and comes back under the same key (SIGNATURE_KEY)."""
+"""OpenAI-shaped chat messages as Gemini's system instruction and contents (text, images, audio and files
+as parts, tool calls and their results as function calls and responses). A function call's thought
+signature goes out under SIGNATURE_KEY, the key it comes back under (gateway.upstream.gemini_answer)."""
 import json
 from collections.abc import Callable
 from typing import Any
 
-from gateway.upstream.shapes import Malformed, content_text, data_url, function_call, tool_call_id
+from gateway.upstream.shapes import content_text, data_url, function_call
 from utils_app.errors import InvalidRequest, UnsupportedParameter
 
 # Where Gemini 3 models keep the signature they need back with a function call; the key Google's own
@@ -149,38 +148,3 @@ def _part_unsupported(part: dict[str, Any], where: str) -> UnsupportedParameter:
 def _inline(url: str, where: str) -> dict[str, Any]:
     mime, data = data_url(url, where)
     return {"inlineData": {"mimeType": mime, "data": data}}
-
-
-# -- the answer's parts
-
-def read_parts(candidate: dict[str, Any], malformed: Malformed) -> tuple[list[str], list[dict[str, Any]]]:
-    """The answer's text pieces and function calls (thought summaries left out)."""
-    content = candidate.get("content") or {}
-    parts = content.get("parts") if isinstance(content, dict) else None
-    if parts is None:
-        return [], []
-    if not isinstance(parts, list):
-        raise malformed("response")
-    texts, calls = [], []
-    for part in parts:
-        if not isinstance(part, dict):
-            raise malformed("response")
-        if isinstance(part.get("text"), str) and not part.get("thought"):
-            texts.append(part["text"])
-        elif "functionCall" in part:
-            calls.append(tool_call(part, malformed))
-    return texts, calls
-
-
-def tool_call(part: dict[str, Any], malformed: Malformed) -> dict[str, Any]:
-    call = part["functionCall"]
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-        raise malformed("function call")
-    args = call.get("args") or {}
-    if not isinstance(args, dict):
-        raise malformed("function call")
-    found = {"id": call["id"] if isinstance(call.get("id"), str) and call["id"] else tool_call_id(),
-             "type": "function", "function": {"name": call["name"], "arguments": json.dumps(args, ensure_ascii=False)}}
-    if isinstance(part.get("thoughtSignature"), str):
-        found["extra_content"] = {SIGNATURE_KEY: {"thought_signature": part["thoughtSignature"]}}
-    return found

@@ -14,6 +14,7 @@ import struct
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from gateway import local_media, local_models
@@ -125,9 +126,7 @@ def _message(answer: local_models.ChatAnswer) -> tuple[dict[str, Any], str]:
     call = answer.tool_call
     if call is None:
         return {"role": "assistant", "content": answer.text, "refusal": None}, "stop"
-    return {"role": "assistant", "content": None, "refusal": None, "tool_calls": [
-        {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}]}, \
-        "tool_calls"
+    return {"role": "assistant", "content": None, "refusal": None, "tool_calls": [call.to_chat()]}, "tool_calls"
 
 
 REFUSALS["local"] = refuse_audio_output
@@ -182,8 +181,8 @@ class LocalAdapter:
                 yield chunk(index, {}, "stop")
                 continue
             # As OpenAI streams a call: the id and name first, then the arguments in pieces.
-            yield chunk(index, {"role": "assistant", "content": None, "tool_calls": [
-                {"index": 0, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}]})
+            yield chunk(index, {"role": "assistant", "content": None,
+                                "tool_calls": [replace(call, arguments="").to_chat(0)]})
             for piece in local_models.chat_pieces(call.arguments):
                 yield chunk(index, {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
             yield chunk(index, {}, "tool_calls")

@@ -1,11 +1,13 @@
 """OpenAI's API, and any OpenAI-compatible one: the request goes as the client sent it, under the
 deployment's upstream name, and the answer comes back as it is once its shape is checked."""
 import base64
+import json
 from urllib.parse import quote
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any, TypeVar
 
-from gateway.conversation import PassedThrough, StopReason, Usage, token_count
+from gateway.conversation import PassedThrough, StopReason, ToolCall, Usage, token_count
 from gateway.media_serializers import SPEECH_DEFAULTS
 from gateway.upstream import register
 from gateway.upstream.base import HttpAdapter
@@ -244,6 +246,37 @@ def response_usage(counted: Usage) -> dict[str, Any]:
             "total_tokens": input_tokens + output_tokens}
 
 
+def response_tool_call(item: dict[str, Any]) -> ToolCall:
+    """A function_call item as the neutral tool call (``function_call_item`` is its reverse), for the
+    metering: a call_id left out or empty is made up, a name left out reads as "". A custom_tool_call's
+    input is read as the arguments as it is, not as the object ``custom_tool_call_item`` reads it from."""
+    arguments = item.get("arguments") if item["type"] == "function_call" else item.get("input")
+    call_id, name = item.get("call_id"), item.get("name")
+    return ToolCall(id=call_id if isinstance(call_id, str) and call_id else tool_call_id(),
+                    name=name if isinstance(name, str) else "", arguments=str(arguments or ""))
+
+
+def function_call_item(call: ToolCall, *, item_id: str) -> dict[str, Any]:
+    """The neutral tool call as a completed function_call item (``response_tool_call`` is its reverse): a
+    call id not given is made up, arguments left empty go out as "{}" (the item always has them)."""
+    return {"id": item_id, "type": "function_call", "status": "completed", "call_id": call.id or tool_call_id(),
+            "name": call.name, "arguments": call.arguments or "{}"}
+
+
+def custom_tool_call_item(call: ToolCall, *, item_id: str) -> dict[str, Any]:
+    """The neutral tool call of a custom tool as a completed custom_tool_call item. A chat upstream calls a
+    custom tool as a function of one string parameter, ``input`` (gateway.responses.chat_request): the
+    item's input is that member of the arguments, or the arguments themselves when they do not parse; what
+    is not a string goes out as its JSON text (empty arguments as "null"). A call id not given is made up."""
+    try:
+        value = json.loads(call.arguments) if call.arguments else {}
+    except ValueError:
+        value = call.arguments
+    text = value.get("input") if isinstance(value, dict) else value
+    return {"id": item_id, "type": "custom_tool_call", "status": "completed", "call_id": call.id or tool_call_id(),
+            "name": call.name, "input": text if isinstance(text, str) else json.dumps(text)}
+
+
 def responses_completion(response: dict[str, Any]) -> dict[str, Any]:
     """A response object as the chat.completion the metering reads: its text, its tool calls, its finish."""
     texts, calls = [], []
@@ -252,9 +285,7 @@ def responses_completion(response: dict[str, Any]) -> dict[str, Any]:
             texts += [part["text"] for part in item.get("content") or ()
                       if isinstance(part, dict) and isinstance(part.get("text"), str)]
         elif item.get("type") in ("function_call", "custom_tool_call"):
-            arguments = item.get("arguments") if item["type"] == "function_call" else item.get("input")
-            calls.append({"id": item.get("call_id") or tool_call_id(), "type": "function",
-                          "function": {"name": item.get("name") or "", "arguments": str(arguments or "")}})
+            calls.append(response_tool_call(item).to_chat())
     details = response.get("incomplete_details")
     reason = details.get("reason") if isinstance(details, dict) else None
     finish = FINISHES.get(str(reason), StopReason.LENGTH).value if response.get("status") == "incomplete" else (
@@ -280,8 +311,8 @@ def response_event_chunk(event: dict[str, Any]) -> dict[str, Any]:
             and event["item"].get("type") in ("function_call", "custom_tool_call"):
         item = event["item"]
         index = event.get("output_index") if type(event.get("output_index")) is int else 0
-        delta = {"tool_calls": [{"index": index, "id": item.get("call_id") or tool_call_id(), "type": "function",
-                                 "function": {"name": item.get("name") or "", "arguments": ""}}]}
+        # The item opens with its arguments empty; they follow in function_call_arguments events.
+        delta = {"tool_calls": [replace(response_tool_call(item), arguments="").to_chat(index)]}
     elif kind in ("response.completed", "response.incomplete"):
         found = event.get("response")
         response: dict[str, Any] = found if isinstance(found, dict) else {}

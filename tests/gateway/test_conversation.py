@@ -3,15 +3,18 @@ it and back: every neutral reason out and in again, every wire reason in and out
 wire say one neutral reason (Anthropic's stop_sequence and end_turn) a round trip gives the one the gateway
 answers with, and a test names each such pair, so that a new reason cannot fold into another unseen. Usage
 likewise: each wire's usage in and out again, the neutral counts to chat and back, and a test names each
-count a wire folds into another or reads as 0."""
+count a wire folds into another or reads as 0. Tool calls likewise: each wire's in and out again (arguments
+empty, non-ASCII, not an object, not JSON), each ToolCall to chat and back, and what a wire makes up,
+leaves out or sends as an empty object named."""
 import json
 from dataclasses import replace
 
 import pytest
 
-from gateway.conversation import PassedThrough, StopReason, Usage
+from gateway.conversation import PassedThrough, StopReason, ToolCall, Usage
 from gateway.upstream import anthropic_answer, gemini_answer, openai
 from gateway.upstream.shapes import ChunkStream, commits
+from utils_app.errors import UpstreamError
 
 # Chat's older single-function call has no name of its own on any other wire: it goes out as a tool call.
 FOLDED_NEUTRAL = {StopReason.FUNCTION_CALL: StopReason.TOOL_CALLS}
@@ -278,6 +281,84 @@ def test_a_responses_count_left_out_or_unusable_is_not_known_and_goes_out_as_0()
         "input_tokens": 7, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
         "output_tokens": 0, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 7}
     assert openai.response_counts(None) == Usage()
+
+
+# ---------------------------------------------------------------- tool calls
+
+# Arguments empty, non-ASCII, not an object, not JSON at all: chat carries each as the model wrote it.
+CALLS = [ToolCall("call_1", "get_weather", '{"city": "Zürich", "days": [1, 2]}'), ToolCall("call_2", "ping", ""),
+         ToolCall("call_3", "sum", "[1, 2]"), ToolCall("call_4", "f", '{"a": '), ToolCall("", "f", "{}")]
+malformed = UpstreamError  # what an adapter raises for an answer it cannot read
+
+
+@pytest.mark.parametrize("call", CALLS)
+def test_every_tool_call_goes_to_chat_and_comes_back(call):
+    assert ToolCall.from_chat(call.to_chat()) == call == ToolCall.from_chat(call.to_chat(index=3))
+    assert list(call.to_chat(index=3)) == ["index", "id", "type", "function"]
+
+
+def test_a_chat_id_or_name_not_a_string_is_not_given_and_arguments_sent_as_an_object_are_its_text():
+    assert ToolCall.from_chat({"id": 7, "function": {"name": None, "arguments": {"q": "é"}}}) == \
+        ToolCall("", "", '{"q": "é"}')
+    assert ToolCall.from_chat("not a call") == ToolCall.from_chat({"function": []}) == ToolCall("", "", "")
+
+
+def test_arguments_that_are_not_an_object_are_an_empty_object_to_a_wire_that_wants_one():
+    assert [call.arguments_object() for call in CALLS] == [{"city": "Zürich", "days": [1, 2]}, {}, {}, {}, {}]
+
+
+@pytest.mark.parametrize("block", [{"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"city": "Zürich"}},
+                                   {"type": "tool_use", "id": "toolu_2", "name": "ping", "input": {}}])
+def test_every_anthropic_tool_use_comes_in_and_goes_back_out(block):
+    assert anthropic_answer.tool_use(anthropic_answer.tool_call(block, malformed)) == block
+
+
+def test_anthropic_makes_up_an_id_not_given_and_sends_arguments_that_are_not_an_object_as_an_empty_input():
+    call = anthropic_answer.tool_call({"type": "tool_use", "name": "ping"}, malformed)
+    assert call.id.startswith("call_") and call.arguments == "{}"
+    assert anthropic_answer.tool_use(ToolCall("", "sum", "[1, 2]")) | {"id": "x"} == \
+        {"type": "tool_use", "id": "x", "name": "sum", "input": {}}
+    for block in ({"name": 1}, {"name": "f", "input": "[1]"}):
+        with pytest.raises(UpstreamError):
+            anthropic_answer.tool_call(block, malformed)
+
+
+@pytest.mark.parametrize("part", [{"functionCall": {"name": "weather", "args": {"city": "Zürich"}, "id": "fc-1"}},
+                                  {"functionCall": {"name": "ping", "args": {}, "id": "fc-2"}}])
+def test_every_gemini_function_call_comes_in_and_goes_back_out(part):
+    assert gemini_answer.function_call_part(gemini_answer.tool_call(part["functionCall"], malformed)) == part
+
+
+def test_gemini_makes_up_an_id_not_given_coming_in_and_leaves_it_out_going_out():
+    call = gemini_answer.tool_call({"name": "ping"}, malformed)
+    assert call.id.startswith("call_") and call.arguments == "{}"
+    assert gemini_answer.function_call_part(ToolCall("", "sum", "[1, 2]")) == {"functionCall": {"name": "sum",
+                                                                                                 "args": {}}}
+    for found in ({"name": 1}, {"name": "f", "args": [1]}, "f"):
+        with pytest.raises(UpstreamError):
+            gemini_answer.tool_call(found, malformed)
+
+
+@pytest.mark.parametrize("arguments", ['{"city": "Zürich"}', "[1, 2]", "not JSON"])
+def test_every_function_call_item_comes_in_and_goes_back_out(arguments):
+    item = {"id": "fc_1", "type": "function_call", "status": "completed", "call_id": "call_1", "name": "f",
+            "arguments": arguments}
+    assert openai.function_call_item(openai.response_tool_call(item), item_id="fc_1") == item
+
+
+def test_a_function_call_item_makes_up_a_call_id_not_given_and_sends_empty_arguments_as_an_empty_object():
+    call = openai.response_tool_call({"type": "function_call", "name": "ping"})
+    assert call.id.startswith("call_") and call.arguments == ""
+    assert openai.function_call_item(call, item_id="fc_1")["arguments"] == "{}"
+
+
+@pytest.mark.parametrize(("arguments", "sent"), [('{"input": "ls -la"}', "ls -la"), ("plain text", "plain text"),
+                                                 ('{"input": 5}', "5"), ("", "null")])
+def test_a_custom_tool_call_goes_out_with_the_input_member_of_its_arguments(arguments, sent):
+    item = openai.custom_tool_call_item(ToolCall("call_1", "shell", arguments), item_id="ctc_1")
+    assert item == {"id": "ctc_1", "type": "custom_tool_call", "status": "completed", "call_id": "call_1",
+                    "name": "shell", "input": sent}
+    assert openai.response_tool_call(item).arguments == sent  # the input as it is, for the metering
 
 
 # ---------------------------------------------------------------- what passes through

@@ -163,13 +163,16 @@ def forced_tools_are_among_the_tools(context, case):
     """A rule across members that JSON Schema cannot state: a tool_choice that forces a function (or
     narrows to allowed ones) names functions the request's tools define, as OpenAI and local-chat
     require (a 400 naming tool_choice otherwise). And one rule of the model, not the schema: the fuzzed model
-    (local-chat) answers in text only, so asking it for audio is refused by name (CONTRACT section 8)."""
+    (local-chat) answers in text only and calls functions only, so asking it for audio, or forcing a tool of
+    another type (a custom tool), is refused by name (CONTRACT section 8)."""
     body = case.body if isinstance(case.body, dict) else {}
     if isinstance(body.get("modalities"), list) and "audio" in body["modalities"]:
         return False
     choice, tools = body.get("tool_choice"), body.get("tools")
     if not isinstance(choice, dict):
         return True
+    if choice.get("type") not in ("function", "allowed_tools"):
+        return False
 
     def name_of(item):
         inner = item.get("function") if isinstance(item, dict) else None

@@ -71,31 +71,34 @@ def test_a_statement_is_prepared_once_per_connection_and_parameter_types(own_con
     assert _prepared(own_connection) == ["_gw_1", "_gw_2"]
 
 
-def test_a_prepared_statement_is_prepared_anew_on_a_doubling_schedule_and_its_old_name_closed(
+def test_a_prepared_statement_is_prepared_anew_when_the_process_renews_its_plans_and_its_old_name_closed(
         own_connection, monkeypatch):
+    """One schedule for both ways of preparing: the plans psycopg's statements follow (their text's
+    plan number, tests/gateway/test_statements_alone.py) are the ones these are prepared anew for."""
     import utils_app.postgresql.base as backend
-    from utils_app.speed import libpq
 
     clock = [1000.0]
-    monkeypatch.setattr(libpq.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(backend.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(backend, "_plans", backend._Plans())
     sql = "INSERT INTO alone (n) VALUES (%(n)s) RETURNING n"
-    assert libpq.run(own_connection, sql, {"n": 1}) == ((1,), 1)
+    assert run(own_connection, sql, {"n": 1}) == ((1,), 1)
     assert _prepared(own_connection) == ["_gw_1"]
     clock[0] += backend.REPLAN_FIRST_SECONDS - 0.1  # not yet
-    libpq.run(own_connection, sql, {"n": 2})
+    run(own_connection, sql, {"n": 2})
     assert _prepared(own_connection) == ["_gw_1"]
-    clock[0] += 0.1  # its plan is due: a new name, the old one closed, the statement run once
-    assert libpq.run(own_connection, sql, {"n": 3}) == ((3,), 1)
+    clock[0] += 0.1  # the plans are due: a new name, the old one closed, the statement run once
+    assert run(own_connection, sql, {"n": 3}) == ((3,), 1)
     assert _prepared(own_connection) == ["_gw_2"]
+    assert backend.planned("SELECT 1").endswith("/* plan 1 */")  # the same plans psycopg's text follows
     clock[0] += backend.REPLAN_FIRST_SECONDS  # the next turn is twice as long
-    libpq.run(own_connection, sql, {"n": 4})
+    run(own_connection, sql, {"n": 4})
     assert _prepared(own_connection) == ["_gw_2"]
     clock[0] += backend.REPLAN_FIRST_SECONDS
-    libpq.run(own_connection, sql, {"n": 5})
+    run(own_connection, sql, {"n": 5})
     assert _prepared(own_connection) == ["_gw_3"]
-    clock[0] += 10 * backend.REPLAN_MAX_SECONDS  # and never longer than the most
-    libpq.run(own_connection, sql, {"n": 6})
-    assert own_connection._statements["replan"][(sql, (20,))][1] <= backend.REPLAN_MAX_SECONDS
+    backend.replan()  # renewed for any reason (a migration changed a result psycopg's statement returns)
+    run(own_connection, sql, {"n": 6})
+    assert _prepared(own_connection) == ["_gw_4"]
     assert own_connection.execute("SELECT count(*) FROM alone").fetchone() == (6,)
 
 

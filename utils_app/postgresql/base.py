@@ -248,14 +248,21 @@ _plans = _Plans()
 _texts: dict[tuple[str, int], str] = {}
 
 
-def planned(sql: str) -> str:
-    """``sql`` as the current plans' text: itself until the first renewal, then with its plan's number."""
+def current_plans() -> int:
+    """The number of the process's current plans (0 until the first renewal), renewed first when due. Both
+    ways the request path prepares a statement follow it: psycopg's, by the text ``planned`` gives, and
+    libpq's (utils_app.speed.libpq), which prepares a statement anew once this number has moved on."""
     now = time.monotonic()
     if _plans.due is None:
         _plans.due = now + REPLAN_FIRST_SECONDS
     elif now >= _plans.due:
         replan()
-    epoch = _plans.epoch
+    return _plans.epoch
+
+
+def planned(sql: str) -> str:
+    """``sql`` as the current plans' text: itself until the first renewal, then with its plan's number."""
+    epoch = current_plans()
     if not epoch:
         return sql
     text = _texts.get((sql, epoch))

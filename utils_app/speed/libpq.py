@@ -14,12 +14,11 @@ The plain twin, with the switch off, is psycopg's cursor with its own prepared s
 (tests/gateway/test_statements_alone.py); bench/request_cpu.py measures one against the other served
 (``--source .,SPEED_LIBPQ=0``).
 
-Like psycopg's, these prepared statements are renewed so their plans follow tables that grow (after
-2 s, then twice as long each time, up to REPLAN_MAX_SECONDS: utils_app.postgresql.base), and a
-pooler that loses them is noticed: the connection then sends its statements unprepared.
+These prepared statements are renewed on the same schedule as psycopg's, so their plans follow tables
+that grow (``current_plans`` in utils_app.postgresql.base), and a pooler that loses them is noticed
+the same way: the connection then sends its statements unprepared.
 """
 import re
-import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -29,6 +28,10 @@ from django.conf import settings
 from psycopg import pq
 from psycopg.adapt import Transformer
 from psycopg.generators import execute as _execute
+
+# The backend imports the statements' module, which imports this one: the module, not its names, so
+# either may be imported first.
+from utils_app.postgresql import base as backend
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s|%")
 # What each parameter type is declared as when the statement is prepared, its value sent as text.
@@ -111,7 +114,7 @@ def run(conn, sql: str, params: dict, *, every_row: bool = False) -> tuple[tuple
     text, names = converted
     state = conn.__dict__.get("_statements")
     if state is None:
-        state = conn._statements = {"encoding": conn.info.encoding, "prepared": {}, "replan": {}, "named": 0}
+        state = conn._statements = {"encoding": conn.info.encoding, "prepared": {}, "named": 0}
     types, values = [], []
     for name in names:
         sent = _as_text(params[name], state["encoding"])
@@ -149,14 +152,14 @@ def _run_prepared(conn, state: dict, key: tuple, text: bytes, types: list, value
       connection's server session (a pooler in transaction mode without prepared-statement
       support): the connection stops preparing and the operator is told, once.
 
-    A statement is also prepared anew, its old name closed, once it has been prepared for longer
-    than its turn (``_replanned``), so that its plan is made again for the tables as they are now."""
-    from utils_app.postgresql.base import stop_preparing
-
+    A statement is also prepared anew, its old name closed, once the process's plans have been renewed
+    since it was prepared (``current_plans``), so that its plan is made again for the tables as they are
+    now."""
     pgconn = conn.pgconn
+    plans = backend.current_plans()
     while True:  # twice at most: a second pass always prepares anew, and every refusal then ends it
-        prepared = state["prepared"].get(key)
-        if prepared is not None and time.monotonic() >= state["replan"][key][0]:
+        prepared, epoch = state["prepared"].get(key, (None, plans))
+        if prepared is not None and epoch != plans:
             pgconn.send_close_prepared(prepared)  # closing one the server does not hold is no error
             _result(conn.wait(_execute(pgconn)), state)
             state["prepared"].pop(key)
@@ -168,8 +171,7 @@ def _run_prepared(conn, state: dict, key: tuple, text: bytes, types: list, value
                 prepared = f"_gw_{state['named']}".encode()
                 pgconn.send_prepare(prepared, text, param_types=types)
                 _result(conn.wait(_execute(pgconn)), state)
-                state["prepared"][key] = prepared
-                state["replan"][key] = _replanned(state["replan"].get(key))
+                state["prepared"][key] = prepared, plans
             pgconn.send_query_prepared(prepared, values)
             return _result(conn.wait(_execute(pgconn)), state)
         except psycopg.errors.FeatureNotSupported as exc:
@@ -180,20 +182,12 @@ def _run_prepared(conn, state: dict, key: tuple, text: bytes, types: list, value
             if earlier:
                 continue  # the server forgot them all (_result forgot them too): prepare again
             state["prepared"].clear()
-            stop_preparing(conn)
+            backend.stop_preparing(conn)
             return None
         except psycopg.errors.DuplicatePreparedStatement:
             state["prepared"].clear()
-            stop_preparing(conn)
+            backend.stop_preparing(conn)
             return None
-
-
-def _replanned(previous: tuple[float, float] | None) -> tuple[float, float]:
-    """(when the statement is next prepared anew, the interval that set it)."""
-    from utils_app.postgresql.base import REPLAN_FIRST_SECONDS, REPLAN_MAX_SECONDS
-
-    interval = REPLAN_FIRST_SECONDS if previous is None else min(previous[1] * 2, REPLAN_MAX_SECONDS)
-    return time.monotonic() + interval, interval
 
 
 def _result(results, state: dict):

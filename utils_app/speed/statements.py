@@ -22,10 +22,15 @@ measures one against the other.
 """
 import time
 
+import psycopg
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.dispatch import receiver
+
+# The backend imports this module: the module, not its names, so either may be imported first.
+from utils_app.postgresql import base as backend
+from utils_app.speed import libpq
 
 
 def enabled() -> bool:
@@ -78,11 +83,6 @@ def run_alone(wrapper, sql: str, params: dict, *, every_row: bool = False) -> tu
     once. Errors are Django's (the 503 and the settlement's retry read them); the query log records
     the statement when Django would (tests count statements by it). A connection whose statement
     did not finish (a killed greenlet) goes back mid-statement: the pool closes it."""
-    import psycopg
-
-    from utils_app.postgresql.base import execute_prepared
-    from utils_app.speed import libpq
-
     pool = wrapper.pool
     started = time.monotonic()
     with wrapper.wrap_database_errors:
@@ -95,7 +95,7 @@ def run_alone(wrapper, sql: str, params: dict, *, every_row: bool = False) -> tu
             answer = libpq.run(conn, sql, params, every_row=every_row) if libpq.enabled() else None
             if answer is None:  # the switch off, or a parameter only psycopg knows how to send
                 cursor = psycopg.Cursor(conn)  # binds on the server, whatever the connection's cursor_factory
-                execute_prepared(conn, cursor.execute, sql, params)
+                backend.execute_prepared(conn, cursor.execute, sql, params)
                 if cursor.description is None:
                     answer = ([] if every_row else None), cursor.rowcount
                 else:

@@ -123,6 +123,37 @@ class ToolCall:
         return value if isinstance(value, dict) else {}
 
 
+def content_text(content: Any) -> str:
+    """The text of a chat message's content: a string, or the text parts of an array, joined by spaces."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str))
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What a tool returned, as a request carries it back: the id of the call it answers, and its content
+    as text (chat's tool message). A ``call_id`` of "" is one the message did not give: each wire's
+    mapping says whether that is refused."""
+
+    call_id: str
+    content: str
+
+    @classmethod
+    def from_chat(cls, message: Any) -> Self:
+        """Chat's tool message (``to_chat`` is its reverse): a tool_call_id that is not a string reads as ""
+        (not given); the content is its text (``content_text``)."""
+        found: dict[str, Any] = message if isinstance(message, dict) else {}
+        call_id = found.get("tool_call_id")
+        return cls(call_id=call_id if isinstance(call_id, str) else "", content=content_text(found.get("content")))
+
+    def to_chat(self) -> dict[str, Any]:
+        """Chat's tool message."""
+        return {"role": "tool", "tool_call_id": self.call_id, "content": self.content}
+
+
 class PassedThrough(dict[str, Any]):
     """What an adapter hands back for a request it sent as the client wrote it (a Messages request to an
     anthropic deployment, a Responses request to a deployment that speaks it, a Gemini request to a gemini

@@ -4,9 +4,9 @@ import json
 from typing import Any
 
 from gateway.chat_serializers import ChatCompletionRequest
+from gateway.conversation import content_text
 from gateway.responses.request import check_request, need
 from gateway.responses.store import conversation, previous
-from gateway.upstream.shapes import content_text
 from keys.models import ApiKey
 
 # The members of a request the codec reads; any other is passed through to native deployments and

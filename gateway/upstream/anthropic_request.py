@@ -4,9 +4,10 @@ cannot do refused or named as left out (gateway.upstream.honour)."""
 import re
 from typing import Any
 
+from gateway.conversation import content_text
 from gateway.json_schemas import SchemaWalk
 from gateway.upstream.honour import REFUSALS, SERVER_FEATURES, name_left_out, refuse_audio_output, thinking_budget
-from gateway.upstream.shapes import content_text, data_url, function_call, tool_call_id
+from gateway.upstream.shapes import data_url, function_call, tool_call_id
 from utils_app.errors import InvalidRequest, UnsupportedParameter
 
 TOOL_ID_REFUSED = re.compile(r"[^A-Za-z0-9_-]")

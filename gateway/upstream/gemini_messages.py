@@ -5,7 +5,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from gateway.upstream.shapes import content_text, data_url, function_call
+from gateway.conversation import content_text
+from gateway.upstream.shapes import data_url, function_call
 from utils_app.errors import InvalidRequest, UnsupportedParameter
 
 # Where Gemini 3 models keep the signature they need back with a function call; the key Google's own

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.conversation import PassedThrough
+from gateway.conversation import PassedThrough, content_text
 from utils_app.errors import InvalidRequest, UpstreamError
 
 DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)(?:;[^,;]*)*;base64,(?P<data>.*)\Z", re.S)
@@ -97,15 +97,6 @@ def commits(chunk: dict[str, Any]) -> bool:
                                         or delta.get("function_call")):
             return True
     return False
-
-
-def content_text(content: Any) -> str:
-    """The text of a message's content: a string, or the text parts of an array."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str))
-    return ""
 
 
 def prompt_text(messages: list[dict[str, Any]]) -> str:

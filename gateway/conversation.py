@@ -6,7 +6,8 @@ are OpenAI's finish reasons, its usage is chat's and its tool calls are chat's. 
 these beside its reverse: Anthropic's stop reasons, usage and tool_use blocks in
 gateway.upstream.anthropic_answer, Gemini's finish reasons, usageMetadata and functionCall parts in
 gateway.upstream.gemini_answer, the Responses API's incomplete reasons, usage and function_call items in
-gateway.upstream.openai. What is typed so far and what still travels as a dict is in docs/architecture.md
+gateway.upstream.openai. A request's earlier tool calls are ToolCall values too, and their results ToolResult
+values. What is typed so far and what still travels as a dict is in docs/architecture.md
 ("One conversation shape").
 """
 import json
@@ -82,11 +83,11 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """A function the model asks the client to call, as an answer carries it. ``arguments`` is the JSON
-    text chat carries, as the model wrote it: it may be empty, or not parse, or parse to something other
-    than an object, and it goes out to chat unchanged; a wire that wants an object reads
-    ``arguments_object``. An ``id`` of "" is one the answer did not give: each wire's mapping says whether
-    it makes one up or leaves it out."""
+    """A function the model asks the client to call, as an answer carries it (and a request, in its earlier
+    assistant turns). ``arguments`` is the JSON text chat carries, as the model wrote it: it may be empty, or
+    not parse, or parse to something other than an object, and it goes out to chat unchanged; a wire that
+    wants an object reads ``arguments_object``. An ``id`` of "" is one the answer (or the request) did not
+    give: each wire's mapping says whether it makes one up or leaves it out."""
 
     id: str
     name: str

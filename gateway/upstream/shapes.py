@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.conversation import PassedThrough, content_text
+from gateway.conversation import PassedThrough, ToolCall, content_text
 from utils_app.errors import InvalidRequest, UpstreamError
 
 DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)(?:;[^,;]*)*;base64,(?P<data>.*)\Z", re.S)
@@ -118,17 +118,27 @@ def tool_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
-def function_call(call: Any, where: str) -> tuple[str, dict[str, Any]]:
-    """(name, arguments) of an assistant message's tool call, its arguments as the JSON object the model sent."""
-    function = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-        raise InvalidRequest(f"{where}.function needs a name.", param=f"{where}.function")
-    arguments = function.get("arguments") or "{}"
-    try:
-        args = json.loads(arguments) if isinstance(arguments, str) else arguments
-    except ValueError:
-        args = None
-    if not isinstance(args, dict):
-        raise InvalidRequest(f"{where}.function.arguments must be a JSON object, as the model sent it.",
-                             param=f"{where}.function.arguments")
-    return function["name"], args
+def assistant_tool_calls(message: dict[str, Any], where: str) -> list[tuple[ToolCall, Any]]:
+    """An assistant message's earlier tool calls (and the older single function_call, last) as neutral tool
+    calls, for an adapter that sends their arguments as an object, each beside the chat entry it was read
+    from (Gemini's thought signature rides on it). A function without a string name, or arguments that are
+    not a JSON object (empty ones read as {}), are refused, naming the call by its position."""
+    entries = list(message.get("tool_calls") or ())
+    if message.get("function_call"):
+        entries.append({"function": message["function_call"]})
+    calls = []
+    for position, entry in enumerate(entries):
+        where_call = f"{where}.tool_calls.{position}"
+        function = entry.get("function") if isinstance(entry, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise InvalidRequest(f"{where_call}.function needs a name.", param=f"{where_call}.function")
+        call = ToolCall.from_chat(entry)
+        try:
+            args = json.loads(call.arguments) if call.arguments else {}
+        except ValueError:
+            args = None
+        if not isinstance(args, dict):
+            raise InvalidRequest(f"{where_call}.function.arguments must be a JSON object, as the model sent it.",
+                                 param=f"{where_call}.function.arguments")
+        calls.append((call, entry))
+    return calls

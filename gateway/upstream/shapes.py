@@ -12,8 +12,9 @@ from utils_app.errors import InvalidRequest, UpstreamError
 
 DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)(?:;[^,;]*)*;base64,(?P<data>.*)\Z", re.S)
 
-# A transport's malformed(what): the error an unreadable answer raises.
-Malformed = Callable[[str], UpstreamError]
+# A transport's malformed(what): the error an unreadable answer raises. An inbound codec that reads a
+# client's earlier tool call with an answer's reader passes its own, a 400 naming the member.
+Malformed = Callable[[str], Exception]
 
 
 def tokens_reported(counts: dict[str, Any], name: str) -> int | None:

@@ -6,7 +6,8 @@ are OpenAI's finish reasons, its usage is chat's and its tool calls are chat's. 
 these beside its reverse: Anthropic's stop reasons, usage and tool_use blocks in
 gateway.upstream.anthropic_answer, Gemini's finish reasons, usageMetadata and functionCall parts in
 gateway.upstream.gemini_answer, the Responses API's incomplete reasons, usage and function_call items in
-gateway.upstream.openai. What is typed so far and what still travels as a dict is in docs/architecture.md
+gateway.upstream.openai. A request's earlier tool calls are ToolCall values too, and their results ToolResult
+values. What is typed so far and what still travels as a dict is in docs/architecture.md
 ("One conversation shape").
 """
 import json
@@ -82,11 +83,11 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """A function the model asks the client to call, as an answer carries it. ``arguments`` is the JSON
-    text chat carries, as the model wrote it: it may be empty, or not parse, or parse to something other
-    than an object, and it goes out to chat unchanged; a wire that wants an object reads
-    ``arguments_object``. An ``id`` of "" is one the answer did not give: each wire's mapping says whether
-    it makes one up or leaves it out."""
+    """A function the model asks the client to call, as an answer carries it (and a request, in its earlier
+    assistant turns). ``arguments`` is the JSON text chat carries, as the model wrote it: it may be empty, or
+    not parse, or parse to something other than an object, and it goes out to chat unchanged; a wire that
+    wants an object reads ``arguments_object``. An ``id`` of "" is one the answer (or the request) did not
+    give: each wire's mapping says whether it makes one up or leaves it out."""
 
     id: str
     name: str
@@ -121,6 +122,37 @@ class ToolCall:
         except ValueError:
             return {}
         return value if isinstance(value, dict) else {}
+
+
+def content_text(content: Any) -> str:
+    """The text of a chat message's content: a string, or the text parts of an array, joined by spaces."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str))
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What a tool returned, as a request carries it back: the id of the call it answers, and its content
+    as text (chat's tool message). A ``call_id`` of "" is one the message did not give: each wire's
+    mapping says whether that is refused."""
+
+    call_id: str
+    content: str
+
+    @classmethod
+    def from_chat(cls, message: Any) -> Self:
+        """Chat's tool message (``to_chat`` is its reverse): a tool_call_id that is not a string reads as ""
+        (not given); the content is its text (``content_text``)."""
+        found: dict[str, Any] = message if isinstance(message, dict) else {}
+        call_id = found.get("tool_call_id")
+        return cls(call_id=call_id if isinstance(call_id, str) else "", content=content_text(found.get("content")))
+
+    def to_chat(self) -> dict[str, Any]:
+        """Chat's tool message."""
+        return {"role": "tool", "tool_call_id": self.call_id, "content": self.content}
 
 
 class PassedThrough(dict[str, Any]):

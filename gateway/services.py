@@ -7,12 +7,13 @@ import json
 import time
 
 from gateway import idempotency, media, metering
+from gateway.conversation import content_text
 from gateway.output_serializers import ImageGenerationResult, SpeechResult
 from gateway.tokens import count_tokens
 from gateway.pipeline import Meter, Outcome, metered, resolve_model
 from gateway.prices import Hold, cached_tokens, ledger_tokens, metered_usage, output_cap, prompt_tokens_held
 from gateway.relay import ChatRelay, OpenAIEvents
-from gateway.upstream.shapes import content_text, prompt_text
+from gateway.upstream.shapes import prompt_text
 from keys.models import ApiKey
 from utils_app.errors import UpstreamError
 

@@ -1,9 +1,10 @@
 """The conversation of a GenerateContentRequest as OpenAI messages: the system instruction, each Content,
 its parts (text, inline data, files, function calls and their responses)."""
-import json
+from dataclasses import replace
 from typing import Any
 
 from gateway.gemini_api.members import GeminiRequest, camel, member, need, need_dict, need_list
+from gateway.upstream.gemini_answer import tool_call, tool_result
 from utils_app.errors import InvalidRequest
 
 
@@ -71,9 +72,7 @@ def turn_messages(content: Any, where: str, calls: CallIds, found: GeminiRequest
             response = need_dict(member(part, "functionResponse"), f"{at}.functionResponse")
             need(isinstance(response.get("name"), str) and bool(response["name"]), f"{at}.functionResponse.name",
                   "is required.")
-            output = response.get("response")
-            results.append({"role": "tool", "tool_call_id": calls.answered(response, at),
-                            "content": output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)})
+            results.append(tool_result(response, calls.answered(response, at)).to_chat())
         elif member(part, "inlineData") is not None:
             piece = _inline(need_dict(member(part, "inlineData"), f"{at}.inlineData"), f"{at}.inlineData", found)
             if piece:
@@ -106,10 +105,11 @@ def _model_turn(parts: list, where: str, calls: CallIds, found: GeminiRequest) -
         elif member(part, "functionCall") is not None:
             call = need_dict(member(part, "functionCall"), f"{at}.functionCall")
             need(isinstance(call.get("name"), str) and bool(call["name"]), f"{at}.functionCall.name", "is required.")
-            args = call.get("args") or {}
-            need(isinstance(args, dict), f"{at}.functionCall.args", "must be an object.")
-            tool_calls.append({"id": calls.called(call, at), "type": "function", "function": {
-                "name": call["name"], "arguments": json.dumps(args, ensure_ascii=False)}})
+            # The answers' reader (args that are not an object refused), but an id left out is made from the
+            # call's place, so that the same request reads the same (CallIds).
+            read = tool_call(call, lambda _: InvalidRequest(f"{at}.functionCall.args: must be an object.",
+                                                            param=f"{at}.functionCall.args"))
+            tool_calls.append(replace(read, id=calls.called(call, at)).to_chat())
         elif _only_signature(part):
             continue
         else:

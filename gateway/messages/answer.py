@@ -2,9 +2,8 @@
 import uuid
 from typing import Any
 
-from gateway.conversation import PassedThrough, ToolCall, Usage
+from gateway.conversation import PassedThrough, ToolCall, Usage, content_text
 from gateway.upstream.anthropic_answer import message_usage, stop_reason, tool_use
-from gateway.upstream.shapes import content_text
 
 
 def message_id(completion_id) -> str:

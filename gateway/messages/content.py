@@ -1,9 +1,9 @@
 """The conversation of a Messages request as OpenAI messages: the system prompt, each turn, and its content
 blocks (text, images, documents, search results, tool uses and their results)."""
-import json
-
+from gateway.conversation import ToolResult
 from gateway.messages.translation import Translation, need
-from gateway.upstream.shapes import tool_call_id
+from gateway.upstream.anthropic_answer import tool_call
+from utils_app.errors import InvalidRequest
 
 
 def system_prompt(system, where: str, notes: Translation) -> str | list:
@@ -58,7 +58,7 @@ def _user(blocks: list, notes: Translation) -> list[dict]:
             text, images = _result(block.get("content"), f"{where}.content", notes)
             if block.get("is_error"):
                 text = f"Error: {text}"
-            results.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": text})
+            results.append(ToolResult(call_id=block["tool_use_id"], content=text).to_chat())
             parts.extend(images)  # a tool message is text: the images it returned follow as the user's
         elif kind in ("text", "image", "document", "search_result"):
             parts.extend(_part(block, where, notes))
@@ -143,11 +143,10 @@ def _assistant(blocks: list, notes: Translation) -> list[dict]:
             texts.append(block["text"])
         elif kind == "tool_use":
             need(isinstance(block.get("name"), str) and bool(block["name"]), f"{where}.name", "is required.")
-            need(isinstance(block.get("input", {}), dict), f"{where}.input", "must be an object.")
             notes.extras(block, ("type", "id", "name", "input", "caller"), where)
-            calls.append({"id": block["id"] if isinstance(block.get("id"), str) and block["id"] else tool_call_id(),
-                          "type": "function", "function": {"name": block["name"], "arguments": json.dumps(
-                              block.get("input") or {}, ensure_ascii=False)}})
+            # The answers' reader: an id left out is made up; an input that is not an object is refused.
+            calls.append(tool_call(block, lambda _: InvalidRequest(f"{where}.input: must be an object.",
+                                                                   param=f"{where}.input")).to_chat())
         else:
             # An earlier turn's reasoning (with its signature) or a server tool's work: Anthropic's alone. The
             # answer it led to is what the next turn needs.

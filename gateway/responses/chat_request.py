@@ -1,12 +1,12 @@
 """A Responses request translated into a chat request, for the deployments that do not speak the Responses
 API, and the gateway's own count of its input (POST /v1/responses/input_tokens)."""
-import json
 from typing import Any
 
 from gateway.chat_serializers import ChatCompletionRequest
+from gateway.conversation import ToolResult, content_text
 from gateway.responses.request import check_request, need
 from gateway.responses.store import conversation, previous
-from gateway.upstream.shapes import content_text
+from gateway.upstream.openai import input_tool_call
 from keys.models import ApiKey
 
 # The members of a request the codec reads; any other is passed through to native deployments and
@@ -89,12 +89,10 @@ def _chat_item(item: dict, where: str, messages: list[dict], ignored: list[str])
         need(isinstance(item.get("name"), str) and bool(item["name"]), f"{where}.name", "is required.")
         need(isinstance(item.get("call_id"), str) and bool(item["call_id"]), f"{where}.call_id", "is required.")
         if kind == "function_call":
-            arguments = item.get("arguments")
-            need(isinstance(arguments, str), f"{where}.arguments", "must be a string of JSON.")
+            need(isinstance(item.get("arguments"), str), f"{where}.arguments", "must be a string of JSON.")
         else:
             need(isinstance(item.get("input"), str), f"{where}.input", "must be a string.")
-            arguments = json.dumps({"input": item["input"]}, ensure_ascii=False)
-        call = {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": arguments}}
+        call = input_tool_call(item).to_chat()
         last = messages[-1] if messages else None
         if last is not None and last["role"] == "assistant":
             last.setdefault("tool_calls", []).append(call)
@@ -103,11 +101,11 @@ def _chat_item(item: dict, where: str, messages: list[dict], ignored: list[str])
             messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
     elif kind in ("function_call_output", "custom_tool_call_output"):
         need(isinstance(item.get("call_id"), str) and bool(item["call_id"]), f"{where}.call_id", "is required.")
-        output = item.get("output")
+        output: Any = item.get("output")
         if isinstance(output, list):
             output = content_text(_content(output, f"{where}.output", True, ignored))
         need(isinstance(output, str), f"{where}.output", "must be a string or an array of content parts.")
-        messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output})
+        messages.append(ToolResult(call_id=item["call_id"], content=output).to_chat())
     elif kind == "reasoning":
         return  # an earlier turn's reasoning: the answer it led to is what the next turn needs
     else:

@@ -5,7 +5,7 @@ from typing import Any
 
 from gateway import metering
 from gateway.chat_serializers import ChatCompletionRequest
-from gateway.conversation import PassedThrough, ToolCall, Usage
+from gateway.conversation import PassedThrough, ToolCall, Usage, content_text
 from gateway.models import StoredResponse
 from gateway.pipeline import Meter
 from gateway.responses.answer import (
@@ -21,7 +21,6 @@ from gateway.responses.store import conversation
 from gateway.responses.stream import ResponsesEvents
 from gateway.services import ChatDialect
 from gateway.upstream.openai import incomplete_reason, response_usage
-from gateway.upstream.shapes import content_text
 from keys.models import ApiKey
 from utils_app import clock
 

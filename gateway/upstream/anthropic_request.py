@@ -2,11 +2,14 @@
 sends it): the conversation, its tools and tool choice, thinking, structured outputs, and what Anthropic
 cannot do refused or named as left out (gateway.upstream.honour)."""
 import re
+from dataclasses import replace
 from typing import Any
 
+from gateway.conversation import ToolResult
 from gateway.json_schemas import SchemaWalk
+from gateway.upstream.anthropic_answer import tool_use
 from gateway.upstream.honour import REFUSALS, SERVER_FEATURES, name_left_out, refuse_audio_output, thinking_budget
-from gateway.upstream.shapes import content_text, data_url, function_call, tool_call_id
+from gateway.upstream.shapes import assistant_tool_calls, data_url, tool_call_id
 from utils_app.errors import InvalidRequest, UnsupportedParameter
 
 TOOL_ID_REFUSED = re.compile(r"[^A-Za-z0-9_-]")
@@ -152,6 +155,15 @@ def tool_id(value: Any) -> str:
     return TOOL_ID_REFUSED.sub("_", value) if isinstance(value, str) and value else tool_call_id()
 
 
+def tool_result(result: ToolResult) -> dict[str, Any]:
+    """A tool's result as a tool_result block, its call's id made one Anthropic takes (``tool_id``, as the
+    tool_use block it answers is given the same); empty content is left out, as Anthropic takes it."""
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_id(result.call_id)}
+    if result.content:
+        block["content"] = result.content
+    return block
+
+
 # -- messages
 
 def conversation(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -167,21 +179,15 @@ def conversation(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], 
         if role in ("system", "developer"):
             system.extend(_text_blocks(message.get("content"), where))
         elif role == "tool":
-            if not isinstance(message.get("tool_call_id"), str) or not message["tool_call_id"]:
+            result = ToolResult.from_chat(message)
+            if not result.call_id:
                 raise InvalidRequest(f"{where}.tool_call_id is required.", param=f"{where}.tool_call_id")
-            result = {"type": "tool_result", "tool_use_id": tool_id(message["tool_call_id"])}
-            text = content_text(message.get("content"))
-            if text:
-                result["content"] = text
-            _add(turns, "user", [result])
+            _add(turns, "user", [tool_result(result)])
         elif role == "assistant":
             blocks = _text_blocks(message.get("content"), where)
-            calls = list(message.get("tool_calls") or ())
-            if message.get("function_call"):  # the older single-call form
-                calls.append({"function": message["function_call"]})
-            for position, call in enumerate(calls):
-                name, args = function_call(call, f"{where}.tool_calls.{position}")
-                blocks.append({"type": "tool_use", "id": tool_id(call.get("id")), "name": name, "input": args})
+            # The answers' tool_use blocks, each id made one Anthropic takes, as its result's is (tool_id).
+            blocks.extend(tool_use(replace(call, id=tool_id(call.id)))
+                          for call, _ in assistant_tool_calls(message, where))
             _add(turns, "assistant", blocks)
         else:
             _add(turns, "user", _user_blocks(message.get("content"), where))

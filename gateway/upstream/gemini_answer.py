@@ -1,20 +1,24 @@
 """Gemini's answers as OpenAI-shaped ones: a GenerateContentResponse as a chat completion, its stream as
 chunks, its finish reasons, usageMetadata and functionCall parts beside their reverse (gateway.gemini_api
-answers with these), a blocked prompt, log probabilities, and batchEmbedContents' answer as a list of
-embeddings."""
+answers with these), a request's earlier functionCall and functionResponse parts (gateway.gemini_api reads
+them, gateway.upstream.gemini_messages writes them), a blocked prompt, log probabilities, and
+batchEmbedContents' answer as a list of embeddings."""
 import base64
 import json
 import math
 import struct
 import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
-from gateway.conversation import StopReason, ToolCall, Usage
-from gateway.upstream.gemini_messages import SIGNATURE_KEY
+from gateway.conversation import StopReason, ToolCall, ToolResult, Usage
 from gateway.upstream.shapes import Malformed, tokens_reported, tool_call_id
 from utils_app.errors import UpstreamRejected
 
+# Where Gemini 3 models keep the signature they need back with a function call; the key Google's own
+# OpenAI-compatible endpoint uses, so clients written for it keep working.
+SIGNATURE_KEY = "google"
 # Gemini's finish reasons as the neutral stop reasons, and the neutral ones as Gemini's (gateway.gemini_api
 # answers with these). Gemini has no reason for a tool call: a turn that calls a function ends with STOP, and
 # reads back as tool_calls because it calls one. Any reason not named here reads as stop.
@@ -93,6 +97,42 @@ def function_call_part(call: ToolCall) -> dict[str, Any]:
     if call.id:
         found["id"] = call.id
     return {"functionCall": found}
+
+
+def request_function_call_part(call: ToolCall, entry: Any) -> dict[str, Any]:
+    """An earlier turn's tool call as the functionCall part a request sends back: ``function_call_part``'s
+    without the id, as the functionResponse part answering it goes without one (Google pairs the two by
+    name and position), and with the thought signature Gemini gave the call, which the chat ``entry`` the
+    call was read from carries under SIGNATURE_KEY as ``read_parts`` put it there: a Gemini 3 model wants
+    it back."""
+    part = function_call_part(replace(call, id=""))
+    extra = entry.get("extra_content") if isinstance(entry, dict) else None
+    signature = extra.get(SIGNATURE_KEY, {}).get("thought_signature") if isinstance(extra, dict) else None
+    if isinstance(signature, str) and signature:
+        part["thoughtSignature"] = signature
+    return part
+
+
+def tool_result(response: dict[str, Any], call_id: str) -> ToolResult:
+    """A functionResponse as the neutral result of the call ``call_id`` (the decoder pairs it with its call:
+    gateway.gemini_api.contents). ``function_response_part`` is its reverse: a response that is a string is
+    the content as it is, anything else its JSON text."""
+    output = response.get("response")
+    return ToolResult(call_id=call_id,
+                      content=output if isinstance(output, str) else json.dumps(output, ensure_ascii=False))
+
+
+def function_response_part(name: str, result: ToolResult) -> dict[str, Any]:
+    """The neutral tool result as a functionResponse part answering the function ``name`` (``tool_result``
+    is its reverse), without an id, as its call's part: content that is a JSON object's text is the response
+    as that object, anything else goes under "output" (the key Gemini's documentation names for a
+    function's output)."""
+    try:
+        value = json.loads(result.content)
+    except ValueError:
+        value = None
+    return {"functionResponse": {"name": name,
+                                 "response": value if isinstance(value, dict) else {"output": result.content}}}
 
 
 def read_parts(candidate: dict[str, Any], malformed: Malformed) -> tuple[list[str], list[dict[str, Any]]]:

@@ -1,16 +1,14 @@
 """OpenAI-shaped chat messages as Gemini's system instruction and contents (text, images, audio and files
-as parts, tool calls and their results as function calls and responses). A function call's thought
-signature goes out under SIGNATURE_KEY, the key it comes back under (gateway.upstream.gemini_answer)."""
-import json
+as parts, tool calls and their results as function calls and responses, each written by
+gateway.upstream.gemini_answer beside its reverse, a function call with its thought signature)."""
 from collections.abc import Callable
 from typing import Any
 
-from gateway.upstream.shapes import content_text, data_url, function_call
+from gateway.conversation import ToolResult
+from gateway.upstream.gemini_answer import function_response_part, request_function_call_part
+from gateway.upstream.shapes import assistant_tool_calls, data_url
 from utils_app.errors import InvalidRequest, UnsupportedParameter
 
-# Where Gemini 3 models keep the signature they need back with a function call; the key Google's own
-# OpenAI-compatible endpoint uses, so clients written for it keep working.
-SIGNATURE_KEY = "google"
 AUDIO_FORMATS = {"wav": "audio/wav", "mp3": "audio/mp3"}
 
 
@@ -36,25 +34,21 @@ def conversation(messages: list[dict[str, Any]],
         if role in ("system", "developer"):
             system.extend(_text_parts(message.get("content"), where))
         elif role == "tool":
-            call = calls.get(message.get("tool_call_id", ""))
+            result = ToolResult.from_chat(message)
+            call = calls.get(result.call_id)
             if call is None:
                 raise InvalidRequest(f"{where}.tool_call_id matches no tool call of an earlier assistant message; "
                                      f"send the assistant message with its tool_calls before the results.",
                                      param=f"{where}.tool_call_id")
             name, position = call
-            results.append((position, {"functionResponse": {"name": name,
-                                                            "response": _function_response(message["content"])}}))
+            results.append((position, function_response_part(name, result)))
         elif role == "assistant":
             flush_results()
             parts = _text_parts(message.get("content"), where)
-            turn_calls = list(message.get("tool_calls") or ())
-            if message.get("function_call"):  # the older single-call form
-                turn_calls.append({"function": message["function_call"]})
-            for position, call in enumerate(turn_calls):
-                part = _function_call(call, f"{where}.tool_calls.{position}")
-                if call.get("id"):
-                    calls[call["id"]] = (part["functionCall"]["name"], position)
-                parts.append(part)
+            for position, (tool_call, entry) in enumerate(assistant_tool_calls(message, where)):
+                if tool_call.id:
+                    calls[tool_call.id] = (tool_call.name, position)
+                parts.append(request_function_call_part(tool_call, entry))
             _add(contents, "model", parts)
         else:
             flush_results()
@@ -70,27 +64,6 @@ def _add(contents: list[dict[str, Any]], role: str, parts: list[dict[str, Any]])
         contents[-1]["parts"].extend(parts)
     else:
         contents.append({"role": role, "parts": parts})
-
-
-def _function_call(call: dict[str, Any], where: str) -> dict[str, Any]:
-    name, args = function_call(call, where)
-    part: dict[str, Any] = {"functionCall": {"name": name, "args": args}}
-    extra = call.get("extra_content")
-    signature = extra.get(SIGNATURE_KEY, {}).get("thought_signature") if isinstance(extra, dict) else None
-    if isinstance(signature, str) and signature:
-        part["thoughtSignature"] = signature
-    return part
-
-
-def _function_response(content: Any) -> dict[str, Any]:
-    """A tool's result as Gemini's response object: a JSON object result as it is, anything else under "output"
-    (the key Gemini's documentation names for a function's output)."""
-    text = content_text(content)
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = None
-    return value if isinstance(value, dict) else {"output": text}
 
 
 def _text_parts(content: Any, where: str) -> list[dict[str, Any]]:

@@ -256,6 +256,17 @@ def response_tool_call(item: dict[str, Any]) -> ToolCall:
                     name=name if isinstance(name, str) else "", arguments=str(arguments or ""))
 
 
+def input_tool_call(item: dict[str, Any]) -> ToolCall:
+    """A function_call or custom_tool_call item a client sends back in its input, checked already
+    (gateway.responses.chat_request), as the neutral tool call (``function_call_item`` and
+    ``custom_tool_call_item`` are its reverse). Unlike an answer's (``response_tool_call``, read for the
+    metering), a custom tool's input becomes the ``input`` member of the arguments, as the gateway declares
+    a custom tool to a chat upstream: a function of that one string parameter."""
+    arguments = item["arguments"] if item["type"] == "function_call" else \
+        json.dumps({"input": item["input"]}, ensure_ascii=False)
+    return ToolCall(id=item["call_id"], name=item["name"], arguments=arguments)
+
+
 def function_call_item(call: ToolCall, *, item_id: str) -> dict[str, Any]:
     """The neutral tool call as a completed function_call item (``response_tool_call`` is its reverse): a
     call id not given is made up, arguments left empty go out as "{}" (the item always has them)."""

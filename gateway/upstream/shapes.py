@@ -7,13 +7,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.conversation import PassedThrough
+from gateway.conversation import PassedThrough, ToolCall, content_text
 from utils_app.errors import InvalidRequest, UpstreamError
 
 DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)(?:;[^,;]*)*;base64,(?P<data>.*)\Z", re.S)
 
-# A transport's malformed(what): the error an unreadable answer raises.
-Malformed = Callable[[str], UpstreamError]
+# A transport's malformed(what): the error an unreadable answer raises. An inbound codec that reads a
+# client's earlier tool call with an answer's reader passes its own, a 400 naming the member.
+Malformed = Callable[[str], Exception]
 
 
 def tokens_reported(counts: dict[str, Any], name: str) -> int | None:
@@ -99,15 +100,6 @@ def commits(chunk: dict[str, Any]) -> bool:
     return False
 
 
-def content_text(content: Any) -> str:
-    """The text of a message's content: a string, or the text parts of an array."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str))
-    return ""
-
-
 def prompt_text(messages: list[dict[str, Any]]) -> str:
     """All the text of a conversation, for token estimates."""
     return "\n".join(content_text(message.get("content")) for message in messages)
@@ -127,17 +119,27 @@ def tool_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
-def function_call(call: Any, where: str) -> tuple[str, dict[str, Any]]:
-    """(name, arguments) of an assistant message's tool call, its arguments as the JSON object the model sent."""
-    function = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-        raise InvalidRequest(f"{where}.function needs a name.", param=f"{where}.function")
-    arguments = function.get("arguments") or "{}"
-    try:
-        args = json.loads(arguments) if isinstance(arguments, str) else arguments
-    except ValueError:
-        args = None
-    if not isinstance(args, dict):
-        raise InvalidRequest(f"{where}.function.arguments must be a JSON object, as the model sent it.",
-                             param=f"{where}.function.arguments")
-    return function["name"], args
+def assistant_tool_calls(message: dict[str, Any], where: str) -> list[tuple[ToolCall, Any]]:
+    """An assistant message's earlier tool calls (and the older single function_call, last) as neutral tool
+    calls, for an adapter that sends their arguments as an object, each beside the chat entry it was read
+    from (Gemini's thought signature rides on it). A function without a string name, or arguments that are
+    not a JSON object (empty ones read as {}), are refused, naming the call by its position."""
+    entries = list(message.get("tool_calls") or ())
+    if message.get("function_call"):
+        entries.append({"function": message["function_call"]})
+    calls = []
+    for position, entry in enumerate(entries):
+        where_call = f"{where}.tool_calls.{position}"
+        function = entry.get("function") if isinstance(entry, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise InvalidRequest(f"{where_call}.function needs a name.", param=f"{where_call}.function")
+        call = ToolCall.from_chat(entry)
+        try:
+            args = json.loads(call.arguments) if call.arguments else {}
+        except ValueError:
+            args = None
+        if not isinstance(args, dict):
+            raise InvalidRequest(f"{where_call}.function.arguments must be a JSON object, as the model sent it.",
+                                 param=f"{where_call}.function.arguments")
+        calls.append((call, entry))
+    return calls

@@ -107,7 +107,8 @@ def request_function_call_part(call: ToolCall, entry: Any) -> dict[str, Any]:
     it back."""
     part = function_call_part(replace(call, id=""))
     extra = entry.get("extra_content") if isinstance(entry, dict) else None
-    signature = extra.get(SIGNATURE_KEY, {}).get("thought_signature") if isinstance(extra, dict) else None
+    ours = extra.get(SIGNATURE_KEY) if isinstance(extra, dict) else None
+    signature = ours.get("thought_signature") if isinstance(ours, dict) else None  # no other shape is Gemini's
     if isinstance(signature, str) and signature:
         part["thoughtSignature"] = signature
     return part

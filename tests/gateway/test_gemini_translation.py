@@ -210,6 +210,19 @@ def test_tool_calls_and_results_round_trip_with_their_ids_in_the_order_of_the_ca
         {"text": "Thanks"}]}
 
 
+@pytest.mark.parametrize("extra", [{"google": "c2ln"}, {"google": ["c2ln"]}, {"google": {"thought_signature": 7}},
+                                   "c2ln", None])
+def test_a_thought_signature_in_another_shape_than_geminis_is_not_sent_back(extra):
+    """A client may send anything under extra_content: only Gemini's own shape carries a signature back."""
+    request = build(messages=[
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": "{}"},
+             "extra_content": extra}]},
+        {"role": "tool", "tool_call_id": "call_a", "content": "Rain"}])
+    assert request["contents"][1] == {"role": "model", "parts": [{"functionCall": {"name": "get_weather", "args": {}}}]}
+
+
 def test_a_tool_result_whose_call_is_not_in_the_conversation_is_a_clear_400():
     with pytest.raises(InvalidRequest) as refused:
         generate_request({"messages": [{"role": "user", "content": "Hi"},

@@ -7,8 +7,9 @@ these beside its reverse: Anthropic's stop reasons, usage and tool_use blocks in
 gateway.upstream.anthropic_answer, Gemini's finish reasons, usageMetadata and functionCall parts in
 gateway.upstream.gemini_answer, the Responses API's incomplete reasons, usage and function_call items in
 gateway.upstream.openai. A request's earlier tool calls are ToolCall values too, and their results ToolResult
-values; the tools it declares are Tool values, and its tool choice a ToolChoice. What is typed so far and what still travels as a dict is in docs/architecture.md
-("One conversation shape").
+values; the tools it declares are Tool values, and its tool choice a ToolChoice (each wire's in its request
+module). What is typed so far and what still travels as a dict is in docs/architecture.md ("One conversation
+shape").
 """
 import json
 from collections.abc import Mapping

@@ -7,14 +7,15 @@ these beside its reverse: Anthropic's stop reasons, usage and tool_use blocks in
 gateway.upstream.anthropic_answer, Gemini's finish reasons, usageMetadata and functionCall parts in
 gateway.upstream.gemini_answer, the Responses API's incomplete reasons, usage and function_call items in
 gateway.upstream.openai. A request's earlier tool calls are ToolCall values too, and their results ToolResult
-values. What is typed so far and what still travels as a dict is in docs/architecture.md
-("One conversation shape").
+values; the tools it declares are Tool values, and its tool choice a ToolChoice (each wire's in its request
+module). What is typed so far and what still travels as a dict is in docs/architecture.md ("One conversation
+shape").
 """
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 
 class StopReason(StrEnum):
@@ -153,6 +154,89 @@ class ToolResult:
     def to_chat(self) -> dict[str, Any]:
         """Chat's tool message."""
         return {"role": "tool", "tool_call_id": self.call_id, "content": self.content}
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A function a request declares for the model to call (chat's function tool). ``parameters`` is its
+    JSON schema as given, None when the tool gave none; ``description`` and ``strict`` are None when not
+    given (a description of "" is one given empty). Each wire's mapping says what it fills in or leaves out."""
+
+    name: str
+    parameters: dict[str, Any] | None = None
+    description: str | None = None
+    strict: bool | None = None
+
+    @classmethod
+    def from_chat(cls, tool: Any) -> Self | None:
+        """Chat's function tool (``to_chat`` is its reverse), checked already (a function with a name); None
+        for a tool of any other type (a custom tool, a provider's own), which each adapter refuses or skips.
+        Parameters that are not an object, and a description or strict of another type, read as not given."""
+        function = tool.get("function") if isinstance(tool, dict) and tool.get("type") == "function" else None
+        if not isinstance(function, dict):
+            return None
+        parameters, description, strict = (function.get(name) for name in ("parameters", "description", "strict"))
+        return cls(name=function["name"], parameters=parameters if isinstance(parameters, dict) else None,
+                   description=description if isinstance(description, str) else None,
+                   strict=strict if isinstance(strict, bool) else None)
+
+    def to_chat(self, *, strict_first: bool = False) -> dict[str, Any]:
+        """Chat's function tool: the name, the parameters (when given), the description, strict. With
+        ``strict_first`` strict comes before the description, the order the Responses decoder writes."""
+        function: dict[str, Any] = {"name": self.name}
+        if self.parameters is not None:
+            function["parameters"] = self.parameters
+        if self.strict is not None and strict_first:
+            function["strict"] = self.strict
+        if self.description is not None:
+            function["description"] = self.description
+        if self.strict is not None and not strict_first:
+            function["strict"] = self.strict
+        return {"type": "function", "function": function}
+
+
+# Whether the model may call a tool (auto), must not (none) or must (required).
+ToolMode = Literal["auto", "none", "required"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolChoice:
+    """Which of a request's tools the model may or must call: ``mode`` auto (it decides), none (it answers in
+    text) or required (it calls one); ``allowed``, the names of the only tools it may call (chat's
+    allowed_tools; None: every tool); ``forced``, the one function it must call (mode required)."""
+
+    mode: ToolMode = "auto"
+    allowed: tuple[str, ...] | None = None
+    forced: str | None = None
+
+    @classmethod
+    def from_chat(cls, choice: Any) -> Self | None:
+        """Chat's tool_choice (``to_chat`` is its reverse): a word, one function named, or allowed_tools (the
+        names of its function tools; another type's entries are not carried). None for what is not typed:
+        a custom tool forced, or a choice or an allowed function without a name."""
+        if choice in ("auto", "none", "required"):
+            return cls(mode=choice)
+        kind = choice.get("type") if isinstance(choice, dict) else None
+        if kind == "function" and isinstance(choice.get("function"), dict) \
+                and isinstance(choice["function"].get("name"), str):
+            return cls(mode="required", forced=choice["function"]["name"])
+        allowed = choice.get("allowed_tools") if kind == "allowed_tools" else None
+        if isinstance(allowed, dict) and allowed.get("mode") in ("auto", "required") \
+                and isinstance(allowed.get("tools"), list):
+            names = [tool["function"].get("name") for tool in allowed["tools"]
+                     if isinstance(tool, dict) and isinstance(tool.get("function"), dict)]
+            if all(isinstance(name, str) for name in names):
+                return cls(mode=allowed["mode"], allowed=tuple(names))
+        return None
+
+    def to_chat(self) -> str | dict[str, Any]:
+        """Chat's tool_choice."""
+        if self.forced is not None:
+            return {"type": "function", "function": {"name": self.forced}}
+        if self.allowed is not None:
+            return {"type": "allowed_tools", "allowed_tools": {"mode": self.mode, "tools": [
+                {"type": "function", "function": {"name": name}} for name in self.allowed]}}
+        return self.mode
 
 
 class PassedThrough(dict[str, Any]):

@@ -4,6 +4,7 @@ from typing import Any
 
 from gateway.gemini_api.contents import CallIds, system_text, turn_messages
 from gateway.gemini_api.members import GeminiRequest, camel, member, need, need_dict, need_list
+from gateway.upstream.gemini_request import read_calling_config, read_declaration
 
 # Gemini's thinking levels, and thinking budgets in tokens, as OpenAI's reasoning efforts (the budgets are
 # gateway.upstream.honour's, read the other way: the smallest effort whose budget holds the one asked for).
@@ -87,10 +88,7 @@ def _tools(tool: Any, where: str, found: GeminiRequest) -> list[dict]:
         parameters = json_schema(need_dict(schema, f"{at}.parameters")) if schema is not None else {}
         if not parameters.get("type"):
             parameters = {"type": "object", "properties": {}, **parameters}
-        found_function: dict = {"name": function["name"], "parameters": parameters}
-        if isinstance(function.get("description"), str):
-            found_function["description"] = function["description"]
-        declared.append({"type": "function", "function": found_function})
+        declared.append(read_declaration(function, parameters).to_chat())
         for extra in sorted(set(function) - {"name", "description", "parameters", "parametersJsonSchema",
                                              "parameters_json_schema"}):
             found.ignored.append(f"{at}.{camel(extra)}")
@@ -138,11 +136,9 @@ def _tool_config(config: dict, found: GeminiRequest) -> None:
     allowed = member(calling, "allowedFunctionNames") or []
     need(isinstance(allowed, list) and all(isinstance(name, str) for name in allowed),
           "toolConfig.functionCallingConfig.allowedFunctionNames", "must be an array of function names.")
-    if mode == "ANY" and len(allowed) == 1:
-        found.params["tool_choice"] = {"type": "function", "function": {"name": allowed[0]}}
-        return
-    found.params["tool_choice"] = {"ANY": "required", "NONE": "none"}.get(mode, "auto")
-    if allowed and mode != "NONE":
+    choice = read_calling_config(mode, allowed)
+    found.params["tool_choice"] = choice.to_chat()
+    if allowed and mode != "NONE" and choice.forced is None:
         # OpenAI's tool_choice names one function or none: the others stay callable.
         found.ignored.append("toolConfig.functionCallingConfig.allowedFunctionNames")
 

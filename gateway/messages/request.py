@@ -7,6 +7,7 @@ from django.conf import settings
 from gateway.json_schemas import SchemaWalk
 from gateway.messages.content import system_prompt, turn_messages
 from gateway.messages.translation import Translation, need
+from gateway.upstream.anthropic_request import read_tool, read_tool_choice
 from utils_app.errors import InvalidRequest
 
 # Members of a request translated into the chat request every deployment type takes. Any other member is
@@ -177,12 +178,7 @@ def _tool(tool, where: str, walk: SchemaWalk, notes: Translation) -> dict | None
     need(isinstance(tool.get("input_schema"), dict), f"{where}.input_schema", "must be a JSON schema object.")
     walk.check(tool["input_schema"], f"{where}.input_schema")  # malformed or too large: a 400 naming the member
     notes.extras(tool, ("type", "name", "description", "input_schema", "strict", "defer_loading"), where)
-    function = {"name": tool["name"], "parameters": tool["input_schema"]}
-    if isinstance(tool.get("description"), str):
-        function["description"] = tool["description"]
-    if isinstance(tool.get("strict"), bool):
-        function["strict"] = tool["strict"]
-    return {"type": "function", "function": function}
+    return read_tool(tool).to_chat()
 
 
 def _count_image_urls(messages: list) -> None:
@@ -209,10 +205,9 @@ def _tool_choice(choice, names: set[str], notes: Translation) -> dict:
     kind = choice.get("type")
     if kind == "tool":
         need(isinstance(choice.get("name"), str) and bool(choice["name"]), "tool_choice.name", "is required.")
-        found: dict = {"tool_choice": {"type": "function", "function": {"name": choice["name"]}}}
     else:
         need(kind in ("auto", "any", "none"), "tool_choice.type", "must be 'auto', 'any', 'tool' or 'none'.")
-        found = {"tool_choice": {"auto": "auto", "any": "required", "none": "none"}[kind]}
+    found: dict = {"tool_choice": read_tool_choice(choice).to_chat()}
     if kind in ("auto", "none") and not names:
         return {}  # nothing to choose from: asks for nothing
     if (not names and notes.tools_left_out) or (kind == "tool" and choice["name"] in notes.tools_left_out):

@@ -1,9 +1,11 @@
 """A Responses request translated into a chat request, for the deployments that do not speak the Responses
-API, and the gateway's own count of its input (POST /v1/responses/input_tokens)."""
-from typing import Any
+API, and the gateway's own count of its input (POST /v1/responses/input_tokens). The Responses API's tools
+and tool choice map to Tool and ToolChoice here, beside their reverse."""
+from dataclasses import replace
+from typing import Any, cast
 
 from gateway.chat_serializers import ChatCompletionRequest
-from gateway.conversation import ToolResult, content_text
+from gateway.conversation import Tool, ToolChoice, ToolMode, ToolResult, content_text
 from gateway.responses.request import check_request, need
 from gateway.responses.store import conversation, previous
 from gateway.upstream.openai import input_tool_call
@@ -37,11 +39,11 @@ def chat_params(body: dict, items: list[dict], ignored: list[str]) -> tuple[dict
         params["tools"] = tools
     if body.get("tool_choice") is not None:
         choice = _tool_choice(body["tool_choice"], ignored)
-        if isinstance(choice, tuple):  # allowed_tools: the tools it names, then its mode
-            allowed, choice = choice
-            params["tools"] = [tool for tool in tools if tool["function"]["name"] in allowed]
+        if choice is not None and choice.allowed is not None:  # allowed_tools: only the tools it names, its mode
+            params["tools"] = [tool for tool in tools if tool["function"]["name"] in choice.allowed]
+            choice = replace(choice, allowed=None)
         if choice is not None and params.get("tools"):
-            params["tool_choice"] = choice
+            params["tool_choice"] = choice.to_chat()
     if body.get("parallel_tool_calls") is not None and params.get("tools"):
         params["parallel_tool_calls"] = body["parallel_tool_calls"]
     for name in ("temperature", "top_p"):
@@ -146,9 +148,8 @@ def _content(content: Any, where: str, text_only: bool, ignored: list[str]) -> A
 
 
 def chat_tools(tools: list, ignored: list[str]) -> tuple[list[dict], set[str]]:
-    """Function tools as chat's; a custom tool as a function of one string parameter ``input`` (its grammar,
-    if any, told to the model in the description); any other type dropped and named ``tools:<type>``.
-    Also the names of the custom tools, whose calls come back as custom_tool_call."""
+    """Function and custom tools as chat's (``read_tool``); any other type dropped and named
+    ``tools:<type>``. Also the names of the custom tools, whose calls come back as custom_tool_call."""
     found, customs = [], set()
     for index, tool in enumerate(tools):
         kind = tool["type"]
@@ -156,42 +157,80 @@ def chat_tools(tools: list, ignored: list[str]) -> tuple[list[dict], set[str]]:
             ignored.append(f"tools:{kind}")
             continue
         need(isinstance(tool.get("name"), str) and bool(tool["name"]), f"tools.{index}.name", "is required.")
-        function: dict[str, Any] = {"name": tool["name"]}
-        description = tool.get("description") if isinstance(tool.get("description"), str) else ""
         if kind == "function":
-            parameters = tool.get("parameters")
-            need(parameters is None or isinstance(parameters, dict), f"tools.{index}.parameters",
+            need(tool.get("parameters") is None or isinstance(tool["parameters"], dict), f"tools.{index}.parameters",
                   "must be a JSON schema object.")
-            function["parameters"] = parameters or {"type": "object", "properties": {}}
-            if isinstance(tool.get("strict"), bool):
-                function["strict"] = tool["strict"]
         else:
             customs.add(tool["name"])
-            grammar = tool.get("format") if isinstance(tool.get("format"), dict) else {}
-            if grammar.get("type") == "grammar" and isinstance(grammar.get("definition"), str):
-                description += (f"\n\nThe input must follow this {grammar.get('syntax') or 'lark'} grammar:\n"
-                                f"{grammar['definition']}")
-            function["parameters"] = CUSTOM_INPUT
-        if description:
-            function["description"] = description
-        found.append({"type": "function", "function": function})
+        found.append(read_tool(tool).to_chat(strict_first=True))
     return found, customs
 
 
-def _tool_choice(choice: Any, ignored: list[str]) -> Any:
+def read_tool(tool: dict) -> Tool:
+    """A function or custom tool of a Responses request, checked already, as a Tool (``tool_item`` is its
+    reverse). A function without parameters takes an empty object; an empty description is none. A custom
+    tool is a function of one string parameter ``input``, its grammar, if any, told to the model in the
+    description."""
+    description: str = tool["description"] if isinstance(tool.get("description"), str) else ""
+    if tool["type"] == "function":
+        strict = tool.get("strict")
+        return Tool(name=tool["name"], parameters=tool.get("parameters") or {"type": "object", "properties": {}},
+                    description=description or None, strict=strict if isinstance(strict, bool) else None)
+    grammar: dict = tool["format"] if isinstance(tool.get("format"), dict) else {}
+    if grammar.get("type") == "grammar" and isinstance(grammar.get("definition"), str):
+        description += (f"\n\nThe input must follow this {grammar.get('syntax') or 'lark'} grammar:\n"
+                        f"{grammar['definition']}")
+    return Tool(name=tool["name"], parameters=CUSTOM_INPUT, description=description or None)
+
+
+def tool_item(tool: Tool) -> dict:
+    """A Tool as the Responses API's function tool (``read_tool`` is its reverse); a custom tool's grammar
+    is not carried back (it is part of the description)."""
+    item: dict[str, Any] = {"type": "function", "name": tool.name}
+    if tool.description:
+        item["description"] = tool.description
+    if tool.parameters is not None:
+        item["parameters"] = tool.parameters
+    if tool.strict is not None:
+        item["strict"] = tool.strict
+    return item
+
+
+def _tool_choice(choice: Any, ignored: list[str]) -> ToolChoice | None:
     if isinstance(choice, str):
         need(choice in ("auto", "none", "required"), "tool_choice", "must be 'auto', 'none' or 'required'.")
-        return choice
-    kind = choice.get("type")
-    if kind in ("function", "custom"):
+    elif choice.get("type") in ("function", "custom"):
         need(isinstance(choice.get("name"), str) and bool(choice["name"]), "tool_choice.name", "is required.")
-        return {"type": "function", "function": {"name": choice["name"]}}
-    if kind == "allowed_tools":
+    elif choice.get("type") == "allowed_tools":
         need(choice.get("mode") in ("auto", "required") and isinstance(choice.get("tools"), list),
               "tool_choice", "allowed_tools needs mode 'auto' or 'required' and a list of tools.")
-        return {tool.get("name") for tool in choice["tools"] if isinstance(tool, dict)}, choice["mode"]
-    ignored.append("tool_choice")  # a built-in tool forced: the upstream has none of them
+    else:
+        ignored.append("tool_choice")  # a built-in tool forced: the upstream has none of them
+    return read_tool_choice(choice)
+
+
+def read_tool_choice(choice: Any) -> ToolChoice | None:
+    """The Responses API's tool_choice, checked already, as a ToolChoice (``tool_choice_item`` is its
+    reverse): a custom tool forced is its function forced; allowed_tools the names of its tools. None for
+    a built-in tool forced, which a chat upstream has none of."""
+    if isinstance(choice, str):
+        return ToolChoice(mode=cast(ToolMode, choice))  # checked: auto, none or required
+    if choice["type"] in ("function", "custom"):
+        return ToolChoice(mode="required", forced=choice["name"])
+    if choice["type"] == "allowed_tools":
+        return ToolChoice(mode=choice["mode"], allowed=tuple(
+            tool["name"] for tool in choice["tools"] if isinstance(tool, dict) and isinstance(tool.get("name"), str)))
     return None
+
+
+def tool_choice_item(choice: ToolChoice) -> Any:
+    """A ToolChoice as the Responses API's tool_choice (``read_tool_choice`` is its reverse)."""
+    if choice.forced is not None:
+        return {"type": "function", "name": choice.forced}
+    if choice.allowed is not None:
+        return {"type": "allowed_tools", "mode": choice.mode,
+                "tools": [{"type": "function", "name": name} for name in choice.allowed]}
+    return choice.mode
 
 
 def input_tokens(*, key: ApiKey, body: dict) -> int:

@@ -5,11 +5,11 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from gateway.conversation import ToolResult
+from gateway.conversation import Tool, ToolChoice, ToolMode, ToolResult
 from gateway.json_schemas import SchemaWalk
 from gateway.upstream.anthropic_answer import tool_use
 from gateway.upstream.honour import REFUSALS, SERVER_FEATURES, name_left_out, refuse_audio_output, thinking_budget
-from gateway.upstream.shapes import assistant_tool_calls, data_url, tool_call_id
+from gateway.upstream.shapes import assistant_tool_calls, data_url, function_choice, function_tool, tool_call_id
 from utils_app.errors import InvalidRequest, UnsupportedParameter
 
 TOOL_ID_REFUSED = re.compile(r"[^A-Za-z0-9_-]")
@@ -46,8 +46,11 @@ def messages_request(payload: dict[str, Any], *, model: str, max_tokens_default:
     tools = payload.get("tools")
     if tools:
         walk = SchemaWalk()  # the request's schemas, all of them within its limits
-        request["tools"] = [tool_definition(tool, index, walk) for index, tool in enumerate(tools)]
-        choice = tool_choice(payload.get("tool_choice"), parallel=payload.get("parallel_tool_calls"))
+        request["tools"] = [tool_definition(function_tool(tool, index), index, walk)
+                            for index, tool in enumerate(tools)]
+        chosen = payload.get("tool_choice")
+        choice = tool_choice(None if chosen is None else function_choice(chosen),
+                             parallel=payload.get("parallel_tool_calls"))
         if choice:
             request["tool_choice"] = choice
     if payload.get("user"):
@@ -114,37 +117,53 @@ def _unsupported(param: str, why: str) -> UnsupportedParameter:
     return UnsupportedParameter(f"The parameter '{param}' is not supported for this model: {why}.", param=param)
 
 
-def tool_definition(tool: dict[str, Any], index: int, walk: SchemaWalk | None = None) -> dict[str, Any]:
-    if tool.get("type") != "function":
-        raise UnsupportedParameter(f"tools.{index}: tools of type {tool.get('type')!r} are not supported for this "
-                                   f"model; only function tools are.", param="tools")
-    function = tool["function"]
-    schema = function.get("parameters")
+def read_tool(tool: dict[str, Any]) -> Tool:
+    """A client tool of a Messages request, checked already (gateway.messages.request), as a Tool
+    (``tool_definition`` is its reverse): its input_schema as the parameters."""
+    description, strict = tool.get("description"), tool.get("strict")
+    return Tool(name=tool["name"], parameters=tool["input_schema"],
+                description=description if isinstance(description, str) else None,
+                strict=strict if isinstance(strict, bool) else None)
+
+
+def tool_definition(tool: Tool, index: int, walk: SchemaWalk | None = None) -> dict[str, Any]:
+    """A Tool as Anthropic's client tool (``read_tool`` is its reverse). Anthropic takes neither strict
+    nor an empty description: both are left out."""
+    schema = tool.parameters
     if schema is not None:
         # Anthropic resolves the references itself: the schema is checked, and counted as if inlined.
         (walk or SchemaWalk()).check(schema, f"tools.{index}.function.parameters")
     # Anthropic requires an object schema; a function without parameters takes an empty object.
     schema = {"type": "object", **(schema or {"properties": {}})}
-    found = {"name": function["name"], "input_schema": schema}
-    if isinstance(function.get("description"), str) and function["description"]:
-        found["description"] = function["description"]
+    found = {"name": tool.name, "input_schema": schema}
+    if tool.description:
+        found["description"] = tool.description
     return found
 
 
-def tool_choice(choice: Any, *, parallel: bool | None) -> dict[str, Any] | None:
-    """OpenAI's tool_choice (and parallel_tool_calls: false) as Anthropic's tool_choice."""
+# Anthropic's tool_choice types and the modes they are, and the reverse (a forced tool is type "tool").
+CHOICE_MODES: dict[str, ToolMode] = {"auto": "auto", "any": "required", "none": "none"}
+CHOICE_TYPES = {mode: kind for kind, mode in CHOICE_MODES.items()}
+
+
+def read_tool_choice(choice: dict[str, Any]) -> ToolChoice:
+    """Anthropic's tool_choice, checked already (gateway.messages.request), as a ToolChoice (``tool_choice``
+    is its reverse); its disable_parallel_tool_use is the decoder's to read."""
+    if choice["type"] == "tool":
+        return ToolChoice(mode="required", forced=choice["name"])
+    return ToolChoice(mode=CHOICE_MODES[choice["type"]])
+
+
+def tool_choice(choice: ToolChoice | None, *, parallel: bool | None) -> dict[str, Any] | None:
+    """A ToolChoice (and parallel_tool_calls: false) as Anthropic's tool_choice (``read_tool_choice`` is its
+    reverse). Anthropic cannot narrow the tools (``function_choice`` refuses allowed_tools)."""
     found: dict[str, Any] | None
     if choice is None:
         found = {"type": "auto"} if parallel is False else None
-    elif isinstance(choice, str):
-        found = {"type": {"auto": "auto", "none": "none", "required": "any"}[choice]}
+    elif choice.forced is not None:
+        found = {"type": "tool", "name": choice.forced}
     else:
-        function = choice.get("function") if choice.get("type") == "function" else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise UnsupportedParameter("tool_choice must be 'auto', 'none', 'required' or "
-                                       "{\"type\": \"function\", \"function\": {\"name\": …}} for this model.",
-                                       param="tool_choice")
-        found = {"type": "tool", "name": function["name"]}
+        found = {"type": CHOICE_TYPES[choice.mode]}
     if found and parallel is False and found["type"] != "none":
         found["disable_parallel_tool_use"] = True
     return found

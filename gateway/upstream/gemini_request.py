@@ -6,9 +6,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from gateway.conversation import Tool, ToolChoice, ToolMode
 from gateway.json_schemas import MAX_DEPTH, Schema, SchemaWalk
 from gateway.upstream.gemini_messages import conversation
 from gateway.upstream.honour import REFUSALS, SERVER_FEATURES, name_left_out, refuse_audio_output, thinking_budget
+from gateway.upstream.shapes import function_choice, function_tool
 from utils_app.errors import InvalidRequest, UnsupportedParameter
 
 # JSON Schema types and the formats Gemini's schema (an OpenAPI 3.0 subset) takes for each.
@@ -29,7 +31,8 @@ def generate_request(payload: dict[str, Any], fetch_image: Callable[[str, str], 
         ignored.append("parallel_tool_calls")  # Gemini cannot be kept from calling several functions at once
     walk = SchemaWalk()  # the request's schemas, all of them within its limits
     tools = payload.get("tools")
-    declarations = [declaration(tool, index, walk) for index, tool in enumerate(tools)] if tools else []
+    declarations = [declaration(function_tool(tool, index), index, walk)
+                    for index, tool in enumerate(tools)] if tools else []
     config = generation_config(payload, walk)
     # The schemas first: a request they refuse is refused before any of its images is fetched.
     system, contents = conversation(payload["messages"], fetch_image)
@@ -39,7 +42,7 @@ def generate_request(payload: dict[str, Any], fetch_image: Callable[[str, str], 
     if declarations:
         request["tools"] = [{"functionDeclarations": declarations}]
     if payload.get("tool_choice") is not None:
-        request["toolConfig"] = {"functionCallingConfig": calling_config(payload["tool_choice"])}
+        request["toolConfig"] = {"functionCallingConfig": calling_config(function_choice(payload["tool_choice"]))}
     if config:
         request["generationConfig"] = config
     return request
@@ -113,35 +116,48 @@ def response_config(response_format: dict[str, Any], walk: SchemaWalk | None = N
 
 # -- tools
 
-def declaration(tool: dict[str, Any], index: int, walk: SchemaWalk | None = None) -> dict[str, Any]:
-    if tool.get("type") != "function":
-        raise UnsupportedParameter(f"tools.{index}: tools of type {tool.get('type')!r} are not supported for this "
-                                   f"model; only function tools are.", param="tools")
-    function = tool["function"]
-    found = {"name": function["name"]}
-    if isinstance(function.get("description"), str) and function["description"]:
-        found["description"] = function["description"]
-    parameters = function.get("parameters")
-    if parameters is not None and not isinstance(parameters, dict):
-        raise InvalidRequest(f"tools.{index}.function.parameters must be a JSON schema object.",
-                             param=f"tools.{index}.function.parameters")
+def read_declaration(function: dict[str, Any], parameters: dict[str, Any]) -> Tool:
+    """A functionDeclaration of a GenerateContentRequest, checked already (gateway.gemini_api.request), as a
+    Tool (``declaration`` is its reverse), with ``parameters``, its schema as the JSON Schema the decoder
+    made of it. Gemini has no strict."""
+    description = function.get("description")
+    return Tool(name=function["name"], parameters=parameters,
+                description=description if isinstance(description, str) else None)
+
+
+def declaration(tool: Tool, index: int, walk: SchemaWalk | None = None) -> dict[str, Any]:
+    """A Tool as Gemini's functionDeclaration (``read_declaration`` is its reverse): its parameters as
+    Gemini's Schema, left out when they have no properties (Gemini refuses an object without); an empty
+    description and strict are left out."""
+    found: dict[str, Any] = {"name": tool.name}
+    if tool.description:
+        found["description"] = tool.description
+    parameters = tool.parameters
     schema = gemini_schema(parameters, walk, f"tools.{index}.function.parameters") if parameters else {}
-    # A function without parameters has none at all for Gemini: it refuses an object without properties.
     if schema.get("properties"):
         found["parameters"] = schema
     return found
 
 
-def calling_config(choice: Any) -> dict[str, Any]:
-    """OpenAI's tool_choice as Gemini's functionCallingConfig: auto, none, required, or one named function."""
-    if isinstance(choice, str):
-        return {"mode": {"auto": "AUTO", "none": "NONE", "required": "ANY"}[choice]}
-    function = choice.get("function") if choice.get("type") == "function" else None
-    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-        raise UnsupportedParameter("tool_choice must be 'auto', 'none', 'required' or "
-                                   "{\"type\": \"function\", \"function\": {\"name\": …}} for this model.",
-                                   param="tool_choice")
-    return {"mode": "ANY", "allowedFunctionNames": [function["name"]]}
+# Gemini's functionCallingConfig modes and the modes they are (VALIDATED and MODE_UNSPECIFIED are AUTO's).
+CALLING_MODES: dict[str, ToolMode] = {"AUTO": "auto", "ANY": "required", "NONE": "none"}
+
+
+def read_calling_config(mode: str, allowed: list[str]) -> ToolChoice:
+    """A functionCallingConfig's mode and allowedFunctionNames, checked already (gateway.gemini_api.request),
+    as a ToolChoice (``calling_config`` is its reverse): ANY naming one function forces it; other allowed
+    names are not carried (the decoder names them left out)."""
+    if mode == "ANY" and len(allowed) == 1:
+        return ToolChoice(mode="required", forced=allowed[0])
+    return ToolChoice(mode=CALLING_MODES.get(mode, "auto"))
+
+
+def calling_config(choice: ToolChoice) -> dict[str, Any]:
+    """A ToolChoice as Gemini's functionCallingConfig (``read_calling_config`` is its reverse): auto, none,
+    required, or one named function (``function_choice`` refuses allowed_tools)."""
+    if choice.forced is not None:
+        return {"mode": "ANY", "allowedFunctionNames": [choice.forced]}
+    return {"mode": {mode: kind for kind, mode in CALLING_MODES.items()}[choice.mode]}
 
 
 # -- JSON Schemas

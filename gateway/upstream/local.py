@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from gateway import local_media, local_models
-from gateway.conversation import Usage
+from gateway.conversation import Tool, ToolChoice, Usage
 from gateway.media_serializers import IMAGE_DEFAULTS, SPEECH_DEFAULTS, image_dimensions
 from gateway.tokens import count_tokens
 from gateway.upstream import register
@@ -37,14 +37,13 @@ def _function_tools(tools: Any) -> list[tuple[str, dict[str, Any] | bool]]:
     """(name, parameters schema) of each function tool; tools of other types are not called by local-chat."""
     found: list[tuple[str, dict[str, Any] | bool]] = []
     for index, tool in enumerate(tools or ()):
-        function = tool.get("function") if isinstance(tool, dict) and tool.get("type") == "function" else None
-        if not isinstance(function, dict):
+        function = Tool.from_chat(tool)
+        if function is None:
             continue
-        parameters = function.get("parameters", {})
-        if not isinstance(parameters, (dict, bool)):
+        if not isinstance(tool["function"].get("parameters", {}), dict):
             raise InvalidRequest(f"tools.{index}.function.parameters must be a JSON schema object.",
                                  param=f"tools.{index}.function.parameters")
-        found.append((function["name"], parameters))
+        found.append((function.name, {} if function.parameters is None else function.parameters))
     return found
 
 
@@ -63,24 +62,19 @@ def _tool_choice(choice: Any,
     """OpenAI's tool_choice as (call, tools): "none", "auto" or "required", and the tools it may call."""
     if choice is None:
         return "auto", tools
-    if choice in ("none", "auto", "required"):
-        # "required" with no function tool has nothing to call: answered in prose, as "none" would be.
-        return (choice if tools else "none"), tools
-    kind = choice.get("type") if isinstance(choice, dict) else None
-    if kind == "function" and isinstance(choice.get("function"), dict) \
-            and isinstance(choice["function"].get("name"), str):
-        return "required", _named_tools(tools, [choice["function"]["name"]], "tool_choice")
-    allowed = choice.get("allowed_tools") if kind == "allowed_tools" else None
-    if isinstance(allowed, dict) and allowed.get("mode") in ("auto", "required") \
-            and isinstance(allowed.get("tools"), list):
-        names = [tool.get("function", {}).get("name") for tool in allowed["tools"]
-                 if isinstance(tool, dict) and isinstance(tool.get("function"), dict)]
-        allowed_tools = _named_tools(tools, names, "tool_choice.allowed_tools")
-        if allowed["mode"] == "required" and not allowed_tools:
+    found = ToolChoice.from_chat(choice)
+    if found is None:
+        raise InvalidRequest("tool_choice must be 'none', 'auto', 'required', {\"type\": \"function\", \"function\": "
+                             "{\"name\": …}} or {\"type\": \"allowed_tools\", …} for this model.", param="tool_choice")
+    if found.forced is not None:
+        return "required", _named_tools(tools, [found.forced], "tool_choice")
+    if found.allowed is not None:
+        allowed_tools = _named_tools(tools, list(found.allowed), "tool_choice.allowed_tools")
+        if found.mode == "required" and not allowed_tools:
             raise InvalidRequest("tool_choice.allowed_tools needs at least one function tool.", param="tool_choice")
-        return allowed["mode"], allowed_tools
-    raise InvalidRequest("tool_choice must be 'none', 'auto', 'required', {\"type\": \"function\", \"function\": "
-                         "{\"name\": …}} or {\"type\": \"allowed_tools\", …} for this model.", param="tool_choice")
+        return found.mode, allowed_tools
+    # "required" with no function tool has nothing to call: answered in prose, as "none" would be.
+    return (found.mode if tools else "none"), tools
 
 
 def _answer_schema(response_format: Any) -> tuple[dict[str, Any] | bool | None, bool]:

@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.conversation import PassedThrough, ToolCall, content_text
-from utils_app.errors import InvalidRequest, UpstreamError
+from gateway.conversation import PassedThrough, Tool, ToolCall, ToolChoice, content_text
+from utils_app.errors import InvalidRequest, UnsupportedParameter, UpstreamError
 
 DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)(?:;[^,;]*)*;base64,(?P<data>.*)\Z", re.S)
 
@@ -117,6 +117,27 @@ def data_url(url: str, where: str) -> tuple[str, str]:
 def tool_call_id() -> str:
     """An id for a tool call the upstream sent without one (a tool call always has an id)."""
     return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def function_tool(tool: Any, index: int) -> Tool:
+    """A request's tool for an upstream that takes function tools only (Anthropic, Gemini); any other type
+    is refused, naming it."""
+    found = Tool.from_chat(tool)
+    if found is None:
+        raise UnsupportedParameter(f"tools.{index}: tools of type {tool.get('type')!r} are not supported for this "
+                                   f"model; only function tools are.", param="tools")
+    return found
+
+
+def function_choice(choice: Any) -> ToolChoice:
+    """A request's tool_choice for an upstream that can force one function but not narrow the tools
+    (Anthropic, Gemini); a custom tool forced, or allowed_tools, is refused."""
+    found = ToolChoice.from_chat(choice)
+    if found is None or found.allowed is not None:
+        raise UnsupportedParameter("tool_choice must be 'auto', 'none', 'required' or "
+                                   "{\"type\": \"function\", \"function\": {\"name\": …}} for this model.",
+                                   param="tool_choice")
+    return found
 
 
 def assistant_tool_calls(message: dict[str, Any], where: str) -> list[tuple[ToolCall, Any]]:

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from gateway import deployment_health
+from gateway.conversation import Tool
 from gateway.json_schemas import SchemaWalk
 from gateway.tokens import count_tokens
 from gateway.relay import ChatRelay, ReplyTokens
@@ -259,8 +260,7 @@ def test_the_expansion_itself_stops_at_the_limit(settings):
     stops with a 400 rather than building the whole expansion."""
     settings.MAX_SCHEMA_NODES = 1000
     for convert in (lambda schema: gemini_schema(schema, where="tools.0.function.parameters"),
-                    lambda schema: tool_definition({"type": "function", "function": {"name": "f",
-                                                                                     "parameters": schema}}, 0)):
+                    lambda schema: tool_definition(Tool(name="f", parameters=schema), 0)):
         started = time.monotonic()
         with pytest.raises(InvalidRequest) as stopped:
             convert(fanned_out())

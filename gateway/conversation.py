@@ -8,8 +8,11 @@ gateway.upstream.anthropic_answer, Gemini's finish reasons, usageMetadata and fu
 gateway.upstream.gemini_answer, the Responses API's incomplete reasons, usage and function_call items in
 gateway.upstream.openai. A request's earlier tool calls are ToolCall values too, and their results ToolResult
 values; the tools it declares are Tool values, and its tool choice a ToolChoice (each wire's in its request
-module). What is typed so far and what still travels as a dict is in docs/architecture.md ("One conversation
-shape").
+module); a message's content parts (text, a refusal, an image, audio, a file) are TextPart, RefusalPart,
+ImagePart, AudioPart and FilePart values, each wire's content mapped to and from them beside its reverse
+(Anthropic's blocks in gateway.upstream.anthropic_request, Gemini's parts in
+gateway.upstream.gemini_messages). What is typed so far and what still travels as a dict is in
+docs/architecture.md ("One conversation shape").
 """
 import json
 from collections.abc import Mapping
@@ -237,6 +240,125 @@ class ToolChoice:
             return {"type": "allowed_tools", "allowed_tools": {"mode": self.mode, "tools": [
                 {"type": "function", "function": {"name": name}} for name in self.allowed]}}
         return self.mode
+
+
+@dataclass(frozen=True, slots=True)
+class TextPart:
+    """Text in a message's content (chat's text part)."""
+
+    text: str
+
+    def to_chat(self) -> dict[str, Any]:
+        return {"type": "text", "text": self.text}
+
+
+@dataclass(frozen=True, slots=True)
+class RefusalPart:
+    """A refusal the model wrote, as an earlier assistant turn carries it back (chat's refusal part)."""
+
+    refusal: str
+
+    def to_chat(self) -> dict[str, Any]:
+        return {"type": "refusal", "refusal": self.refusal}
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePart:
+    """An image by its URL: an http(s) URL, or a data URL holding its bytes in base64 (chat's image_url
+    part). ``detail`` is chat's ("low", "high", "auto"), None when not given."""
+
+    url: str
+    detail: str | None = None
+
+    def to_chat(self) -> dict[str, Any]:
+        image: dict[str, Any] = {"url": self.url}
+        if self.detail is not None:
+            image["detail"] = self.detail
+        return {"type": "image_url", "image_url": image}
+
+
+@dataclass(frozen=True, slots=True)
+class AudioPart:
+    """Audio: its bytes in base64 and chat's name of their format ("wav", "mp3"; chat's input_audio part)."""
+
+    data: str
+    format: str
+
+    def to_chat(self) -> dict[str, Any]:
+        return {"type": "input_audio", "input_audio": {"data": self.data, "format": self.format}}
+
+
+@dataclass(frozen=True, slots=True)
+class FilePart:
+    """A file (chat's file part): its bytes as a base64 data URL (``data``) and its name, or the id of a file
+    uploaded to the provider; a member None is one not given. A wire that carries no file by id refuses one."""
+
+    data: str | None = None
+    filename: str | None = None
+    file_id: str | None = None
+
+    def to_chat(self) -> dict[str, Any]:
+        found = {"filename": self.filename, "file_data": self.data, "file_id": self.file_id}
+        return {"type": "file", "file": {name: value for name, value in found.items() if value is not None}}
+
+
+Part = TextPart | RefusalPart | ImagePart | AudioPart | FilePart
+# A message's content: a string, or its parts.
+Content = str | list[Part]
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _string(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def part_from_chat(part: Any) -> Part | None:
+    """Chat's content part (each part's ``to_chat`` is its reverse); None for a part of another type, or
+    without what its type needs: an image without a string URL (given as image_url's url, or as image_url
+    itself), audio without string data and format, a file with neither data nor an id. A text or a refusal
+    that is not a string reads as "" (nothing), a member of a file or an image's detail that is not a
+    string as not given."""
+    found: dict[str, Any] = part if isinstance(part, dict) else {}
+    kind = found.get("type")
+    if kind == "text":
+        return TextPart(_text(found.get("text")))
+    if kind == "refusal":
+        return RefusalPart(_text(found.get("refusal")))
+    if kind == "image_url":
+        image = found.get("image_url")
+        url = image.get("url") if isinstance(image, dict) else image
+        detail = _string(image.get("detail")) if isinstance(image, dict) else None
+        return ImagePart(url, detail) if isinstance(url, str) else None
+    if kind == "input_audio":
+        audio = found.get("input_audio")
+        if not isinstance(audio, dict) or not isinstance(audio.get("data"), str) \
+                or not isinstance(audio.get("format"), str):
+            return None
+        return AudioPart(audio["data"], audio["format"])
+    if kind == "file" and isinstance(found.get("file"), dict):
+        file = found["file"]
+        read = FilePart(_string(file.get("file_data")), _string(file.get("filename")), _string(file.get("file_id")))
+        return read if read.data is not None or read.file_id is not None else None
+    return None
+
+
+def content_from_chat(content: Any) -> Content | None:
+    """Chat's message content (``content_to_chat`` is its reverse): a string as it is, an array as its
+    parts, a part that cannot be read (``part_from_chat``) left out; None for none. An adapter that
+    refuses such a part reads the parts one by one, to name it."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return None
+    return [part for part in map(part_from_chat, content) if part is not None]
+
+
+def content_to_chat(content: Content | None) -> str | list[dict[str, Any]] | None:
+    """Chat's message content: a string as it is, parts as chat's parts."""
+    return content if content is None or isinstance(content, str) else [part.to_chat() for part in content]
 
 
 class PassedThrough(dict[str, Any]):

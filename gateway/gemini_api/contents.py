@@ -3,8 +3,10 @@ its parts (text, inline data, files, function calls and their responses)."""
 from dataclasses import replace
 from typing import Any
 
+from gateway.conversation import Part, TextPart, content_to_chat
 from gateway.gemini_api.members import GeminiRequest, camel, member, need, need_dict, need_list
 from gateway.upstream.gemini_answer import tool_call, tool_result
+from gateway.upstream.gemini_messages import file_part, inline_part
 from utils_app.errors import InvalidRequest
 
 
@@ -59,7 +61,7 @@ def turn_messages(content: Any, where: str, calls: CallIds, found: GeminiRequest
     if role == "model":
         return _model_turn(parts, where, calls, found)
     results: list[dict] = []
-    pieces: list[dict] = []
+    pieces: list[Part] = []
     for index, part in enumerate(parts):
         at = f"{where}.parts.{index}"
         part = need_dict(part, at)
@@ -67,7 +69,7 @@ def turn_messages(content: Any, where: str, calls: CallIds, found: GeminiRequest
             continue  # an earlier turn's thought summary: the answer it led to is what the next turn needs
         if isinstance(member(part, "text"), str):
             if member(part, "text"):
-                pieces.append({"type": "text", "text": member(part, "text")})
+                pieces.append(TextPart(member(part, "text")))
         elif member(part, "functionResponse") is not None:
             response = need_dict(member(part, "functionResponse"), f"{at}.functionResponse")
             need(isinstance(response.get("name"), str) and bool(response["name"]), f"{at}.functionResponse.name",
@@ -85,10 +87,11 @@ def turn_messages(content: Any, where: str, calls: CallIds, found: GeminiRequest
             continue
         else:
             _native_part(part, at, found)
-    if pieces and all(piece["type"] == "text" for piece in pieces):
-        results.append({"role": "user", "content": "\n".join(piece["text"] for piece in pieces)})
+    texts = [piece.text for piece in pieces if isinstance(piece, TextPart)]
+    if pieces and len(texts) == len(pieces):
+        results.append({"role": "user", "content": "\n".join(texts)})
     elif pieces:
-        results.append({"role": "user", "content": pieces})
+        results.append({"role": "user", "content": content_to_chat(pieces)})
     return results
 
 
@@ -134,27 +137,20 @@ def _native_part(part: dict, where: str, found: GeminiRequest) -> None:
     found.native_only[where] = f"parts of kind {kind!r} reach the model's gemini deployments only."
 
 
-def _inline(data: dict, where: str, found: GeminiRequest) -> dict | None:
+def _inline(data: dict, where: str, found: GeminiRequest) -> Part | None:
     mime, payload = member(data, "mimeType"), data.get("data")
     need(isinstance(mime, str) and isinstance(payload, str), where, "needs mimeType and base64 data.")
-    if mime.startswith("image/"):
-        return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{payload}"}}
-    if mime == "application/pdf":
-        return {"type": "file", "file": {"filename": "document.pdf", "file_data": f"data:{mime};base64,{payload}"}}
-    audio = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/mp3": "mp3", "audio/mpeg": "mp3"}.get(mime)
-    if audio:
-        return {"type": "input_audio", "input_audio": {"data": payload, "format": audio}}
-    found.native_only[where] = f"inline data of type {mime!r} reaches the model's gemini deployments only."
-    return None
+    piece = inline_part(mime, data["data"])
+    if piece is None:
+        found.native_only[where] = f"inline data of type {mime!r} reaches the model's gemini deployments only."
+    return piece
 
 
-def _file(data: dict, where: str, found: GeminiRequest) -> dict | None:
-    uri, mime = member(data, "fileUri"), member(data, "mimeType")
+def _file(data: dict, where: str, found: GeminiRequest) -> Part | None:
+    uri = member(data, "fileUri")
     need(isinstance(uri, str) and bool(uri), f"{where}.fileUri", "is required.")
-    is_image = isinstance(mime, str) and mime.startswith("image/")
-    on_google = uri.startswith("https://generativelanguage.googleapis.com/") or uri.startswith("gs://")
-    if is_image and uri.startswith(("http://", "https://")) and not on_google:
-        return {"type": "image_url", "image_url": {"url": uri}}
-    found.native_only[where] = "files given by URI reach the model's gemini deployments only (other deployments " \
-                               "take images by URL)."
-    return None
+    piece = file_part(uri, member(data, "mimeType"))
+    if piece is None:
+        found.native_only[where] = "files given by URI reach the model's gemini deployments only (other " \
+                                   "deployments take images by URL)."
+    return piece

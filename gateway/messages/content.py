@@ -1,8 +1,9 @@
 """The conversation of a Messages request as OpenAI messages: the system prompt, each turn, and its content
 blocks (text, images, documents, search results, tool uses and their results)."""
-from gateway.conversation import ToolResult
+from gateway.conversation import Part, TextPart, ToolResult, content_to_chat
 from gateway.messages.translation import Translation, need
 from gateway.upstream.anthropic_answer import tool_call
+from gateway.upstream.anthropic_request import block_part
 from utils_app.errors import InvalidRequest
 
 
@@ -20,7 +21,7 @@ def system_prompt(system, where: str, notes: Translation) -> str | list:
             continue
         need(isinstance(block.get("text"), str), f"{at}.text", "must be a string.")
         notes.extras(block, ("type", "text", "citations"), at)
-        parts.append({"type": "text", "text": block["text"]})
+        parts.append(TextPart(block["text"]).to_chat())
     return parts
 
 
@@ -64,53 +65,57 @@ def _user(blocks: list, notes: Translation) -> list[dict]:
             parts.extend(_part(block, where, notes))
         else:
             notes.drop(where)  # an Anthropic-only block (a container upload, say): the turn goes on without it
-    return results + ([{"role": "user", "content": parts}] if parts else [])
+    return results + ([{"role": "user", "content": content_to_chat(parts)}] if parts else [])
 
 
-def _part(block: dict, where: str, notes: Translation) -> list[dict]:
-    """A text, image, document or search result block as OpenAI content parts."""
+def _part(block: dict, where: str, notes: Translation) -> list[Part]:
+    """A text, image, document or search result block as content parts (anthropic_request.block_part, once
+    checked here)."""
     kind = block["type"]
     if kind == "text":
         need(isinstance(block.get("text"), str), f"{where}.text", "must be a string.")
         notes.extras(block, ("type", "text", "citations"), where)
-        return [{"type": "text", "text": block["text"]}]
+        return _read(block)
     if kind == "image":
         notes.extras(block, ("type", "source"), where)
-        url = _source_url(block.get("source"), where, notes)
-        return [{"type": "image_url", "image_url": {"url": url}}] if url else []
+        return _read(block) if _image_source(block.get("source"), where, notes) else []
     if kind == "search_result":
         notes.extras(block, ("type", "source", "title", "content", "citations"), where)
         texts, _ = _result(block.get("content"), f"{where}.content", notes)
         heading = " ".join(str(block[name]) for name in ("title", "source") if isinstance(block.get(name), str))
-        return [{"type": "text", "text": f"{heading}\n{texts}" if heading else texts}]
+        return [TextPart(f"{heading}\n{texts}" if heading else texts)]
     notes.extras(block, ("type", "source", "title", "context", "citations"), where)
     source: dict = block["source"] if isinstance(block.get("source"), dict) else {}
     if source.get("type") == "text":  # a plain-text document is its text
         need(isinstance(source.get("data"), str), f"{where}.source.data", "must be a string.")
-        return [{"type": "text", "text": source["data"]}]
+        return _read(block)
     if source.get("type") == "content":
         text, _ = _result(source.get("content"), f"{where}.source.content", notes)
-        return [{"type": "text", "text": text}]
+        return [TextPart(text)]
     if source.get("type") != "base64" or source.get("media_type") != "application/pdf":
         notes.refuse(where, "documents reach this model as text, content or base64 PDF sources only.")
         return []
     need(isinstance(source.get("data"), str), f"{where}.source.data", "must be a base64 string.")
-    return [{"type": "file", "file": {"filename": "document.pdf",
-                                      "file_data": f"data:application/pdf;base64,{source['data']}"}}]
+    return _read(block)
 
 
-def _result(content, where: str, notes: Translation) -> tuple[str, list[dict]]:
+def _read(block: dict) -> list[Part]:
+    part = block_part(block)
+    return [part] if part is not None else []
+
+
+def _result(content, where: str, notes: Translation) -> tuple[str, list[Part]]:
     """A tool result's (or a search result's) content: (its text, the image parts it holds)."""
     if content is None or isinstance(content, str):
         return content or "", []
     need(isinstance(content, list), where, "must be a string or an array of content blocks.")
     texts: list[str] = []
-    images: list[dict] = []
+    images: list[Part] = []
     for index, block in enumerate(content):
         at = f"{where}.{index}"
         need(isinstance(block, dict) and isinstance(block.get("type"), str), at, "must be a content block.")
         if block["type"] in ("text", "document", "search_result"):
-            texts.extend(part["text"] for part in _part(block, at, notes) if part["type"] == "text")
+            texts.extend(part.text for part in _part(block, at, notes) if isinstance(part, TextPart))
         elif block["type"] == "image":
             images.extend(_part(block, at, notes))
         else:
@@ -118,19 +123,19 @@ def _result(content, where: str, notes: Translation) -> tuple[str, list[dict]]:
     return "\n".join(texts), images
 
 
-def _source_url(source, where: str, notes: Translation) -> str | None:
-    """An image source as the URL OpenAI's image part takes: a data URL for base64, the URL itself for a url;
-    None for a source only Anthropic reads (a file id), refused for the other types."""
+def _image_source(source, where: str, notes: Translation) -> bool:
+    """Whether an image's source is one other wires read (base64 or url), checked; a source only Anthropic
+    reads (a file id) is not, refused for the other types."""
     need(isinstance(source, dict), f"{where}.source", "must be an object.")
     if source.get("type") == "base64":
         need(isinstance(source.get("media_type"), str) and isinstance(source.get("data"), str),
               f"{where}.source", "a base64 source needs media_type and data.")
-        return f"data:{source['media_type']};base64,{source['data']}"
+        return True
     if source.get("type") == "url":
         need(isinstance(source.get("url"), str), f"{where}.source.url", "must be a string.")
-        return source["url"]
+        return True
     notes.refuse(f"{where}.source", "images reach this model as base64 or url sources only.")
-    return None
+    return False
 
 
 def _assistant(blocks: list, notes: Translation) -> list[dict]:

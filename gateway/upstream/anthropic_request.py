@@ -5,11 +5,30 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from gateway.conversation import Tool, ToolChoice, ToolMode, ToolResult
+from gateway.conversation import (
+    FilePart,
+    ImagePart,
+    Part,
+    RefusalPart,
+    TextPart,
+    Tool,
+    ToolChoice,
+    ToolMode,
+    ToolResult,
+    part_from_chat,
+)
 from gateway.json_schemas import SchemaWalk
 from gateway.upstream.anthropic_answer import tool_use
 from gateway.upstream.honour import REFUSALS, SERVER_FEATURES, name_left_out, refuse_audio_output, thinking_budget
-from gateway.upstream.shapes import assistant_tool_calls, data_url, function_choice, function_tool, tool_call_id
+from gateway.upstream.shapes import (
+    assistant_tool_calls,
+    data_url,
+    function_choice,
+    function_tool,
+    part_unsupported,
+    tool_call_id,
+    user_part,
+)
 from utils_app.errors import InvalidRequest, UnsupportedParameter
 
 TOOL_ID_REFUSED = re.compile(r"[^A-Za-z0-9_-]")
@@ -196,20 +215,20 @@ def conversation(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], 
     for index, message in enumerate(messages):
         role, where = message["role"], f"messages.{index}"
         if role in ("system", "developer"):
-            system.extend(_text_blocks(message.get("content"), where))
+            system.extend(_blocks(message.get("content"), where))
         elif role == "tool":
             result = ToolResult.from_chat(message)
             if not result.call_id:
                 raise InvalidRequest(f"{where}.tool_call_id is required.", param=f"{where}.tool_call_id")
             _add(turns, "user", [tool_result(result)])
         elif role == "assistant":
-            blocks = _text_blocks(message.get("content"), where)
+            blocks = _blocks(message.get("content"), where)
             # The answers' tool_use blocks, each id made one Anthropic takes, as its result's is (tool_id).
             blocks.extend(tool_use(replace(call, id=tool_id(call.id)))
                           for call, _ in assistant_tool_calls(message, where))
             _add(turns, "assistant", blocks)
         else:
-            _add(turns, "user", _user_blocks(message.get("content"), where))
+            _add(turns, "user", _blocks(message.get("content"), where, user=True))
     if not turns:
         raise InvalidRequest("messages needs at least one user or assistant message besides the system prompt.",
                              param="messages")
@@ -231,46 +250,61 @@ def _add(turns: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -
         turns.append({"role": role, "content": blocks})
 
 
-def _text_blocks(content: Any, where: str) -> list[dict[str, Any]]:
-    if content is None:
-        return []
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}] if content else []
-    blocks = []
-    for index, part in enumerate(content):
-        kind = part.get("type")
-        if kind not in ("text", "refusal"):
-            raise _part_unsupported(part, f"{where}.content.{index}")
-        text = part.get("text") if kind == "text" else part.get("refusal")
-        if isinstance(text, str) and text:
-            blocks.append({"type": "text", "text": text})
-    return blocks
+# -- content: Anthropic's blocks and the conversation's parts, each way
+
+def block_part(block: dict[str, Any]) -> Part | None:
+    """An Anthropic content block as a content part (``content_block`` is its reverse), once its decoder
+    (gateway.messages.content) has checked it: text; an image, its base64 source as a data URL, its url
+    source as the URL; a document of plain text as its text, a base64 PDF as a file named document.pdf.
+    None for a block no other wire carries (an image by a file id, a document of another source)."""
+    kind = block.get("type")
+    source: dict[str, Any] = block["source"] if isinstance(block.get("source"), dict) else {}
+    if kind == "text":
+        return TextPart(block["text"])
+    if kind == "image" and source.get("type") == "base64":
+        return ImagePart(f"data:{source['media_type']};base64,{source['data']}")
+    if kind == "image" and source.get("type") == "url":
+        return ImagePart(source["url"]) if source["url"] else None  # an empty URL is no image
+    if kind == "document" and source.get("type") == "text":
+        return TextPart(source["data"])
+    if kind == "document" and source.get("type") == "base64" and source.get("media_type") == "application/pdf":
+        return FilePart(f"data:application/pdf;base64,{source['data']}", "document.pdf")
+    return None
 
 
-def _user_blocks(content: Any, where: str) -> list[dict[str, Any]]:
+def content_block(part: Part, where: str) -> dict[str, Any] | None:
+    """A content part as an Anthropic block (``block_part`` is its reverse), ``where`` naming the part: text
+    (a refusal too; None when empty), an image (``_source``), a PDF file as a base64 document. A file of
+    another type is refused, and so are a file by its id and audio, which Anthropic does not take."""
+    if isinstance(part, (TextPart, RefusalPart)):
+        text = part.text if isinstance(part, TextPart) else part.refusal
+        return {"type": "text", "text": text} if text else None
+    if isinstance(part, ImagePart):
+        return {"type": "image", "source": _source(part.url, f"{where}.image_url.url")}
+    if isinstance(part, FilePart) and part.data is not None:
+        media_type, data = data_url(part.data, f"{where}.file.file_data")
+        if media_type != "application/pdf":
+            raise UnsupportedParameter(f"{where}: files of type {media_type} are not supported for this model; "
+                                       f"PDF files are.", param="messages")
+        return {"type": "document", "source": {"type": "base64", "media_type": media_type, "data": data}}
+    raise part_unsupported(part.to_chat(), where)
+
+
+def _blocks(content: Any, where: str, *, user: bool = False) -> list[dict[str, Any]]:
+    """A message's content as Anthropic's blocks: text (an earlier answer's refusal as text), and in a user's
+    turn images and PDF files too. An empty text is left out; any other part is refused, naming it."""
     if not isinstance(content, list):
-        return _text_blocks(content, where)
+        return [{"type": "text", "text": content}] if content else []
+    takes = (TextPart, ImagePart, FilePart) if user else (TextPart, RefusalPart)
     blocks = []
-    for index, part in enumerate(content):
+    for index, found in enumerate(content):
         at = f"{where}.content.{index}"
-        kind = part.get("type")
-        if kind == "text":
-            if part["text"]:
-                blocks.append({"type": "text", "text": part["text"]})
-        elif kind == "image_url":
-            image = part.get("image_url")
-            url = image.get("url") if isinstance(image, dict) else image
-            if not isinstance(url, str):
-                raise InvalidRequest(f"{at}.image_url needs a url.", param=f"{at}.image_url")
-            blocks.append({"type": "image", "source": _source(url, f"{at}.image_url.url")})
-        elif kind == "file" and isinstance(part.get("file"), dict) and isinstance(part["file"].get("file_data"), str):
-            media_type, data = data_url(part["file"]["file_data"], f"{at}.file.file_data")
-            if media_type != "application/pdf":
-                raise UnsupportedParameter(f"{at}: files of type {media_type} are not supported for this model; "
-                                           f"PDF files are.", param="messages")
-            blocks.append({"type": "document", "source": {"type": "base64", "media_type": media_type, "data": data}})
-        else:
-            raise _part_unsupported(part, at)
+        part = user_part(found, at) if user else part_from_chat(found)
+        if not isinstance(part, takes):
+            raise part_unsupported(found, at)
+        block = content_block(part, at)
+        if block is not None:
+            blocks.append(block)
     return blocks
 
 
@@ -282,8 +316,3 @@ def _source(url: str, where: str) -> dict[str, Any]:
         raise InvalidRequest(f"{where}: this model takes images by https URL or as a base64 data URL.", param=where)
     media_type, data = data_url(url, where)
     return {"type": "base64", "media_type": media_type, "data": data}
-
-
-def _part_unsupported(part: dict[str, Any], where: str) -> UnsupportedParameter:
-    what = "file parts by file_id" if part.get("type") == "file" else f"content parts of type {part.get('type')!r}"
-    return UnsupportedParameter(f"{where}: {what} are not supported for this model.", param="messages")

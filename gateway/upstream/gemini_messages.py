@@ -4,18 +4,23 @@ gateway.upstream.gemini_answer beside its reverse, a function call with its thou
 from collections.abc import Callable
 from typing import Any
 
-from gateway.conversation import ToolResult
+from gateway.conversation import AudioPart, FilePart, ImagePart, Part, RefusalPart, TextPart, ToolResult, part_from_chat
 from gateway.upstream.gemini_answer import function_response_part, request_function_call_part
-from gateway.upstream.shapes import assistant_tool_calls, data_url
-from utils_app.errors import InvalidRequest, UnsupportedParameter
+from gateway.upstream.shapes import assistant_tool_calls, data_url, part_unsupported, user_part
+from utils_app.errors import InvalidRequest
 
+# Chat's audio formats as Gemini's MIME types, and the types Gemini reads as each (audio/x-wav and audio/mpeg
+# go back as audio/wav and audio/mp3).
 AUDIO_FORMATS = {"wav": "audio/wav", "mp3": "audio/mp3"}
+AUDIO_TYPES = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/mp3": "mp3", "audio/mpeg": "mp3"}
+# fetch_image(url, where): an image given by an http(s) URL as an inlineData part, ``where`` naming it.
+FetchImage = Callable[[str, str], dict[str, Any]]
 
 
 # -- the request's messages
 
 def conversation(messages: list[dict[str, Any]],
-                 fetch_image: Callable[[str, str], dict[str, Any]]) -> tuple[list[Any], list[Any]]:
+                 fetch_image: FetchImage) -> tuple[list[Any], list[Any]]:
     """(systemInstruction parts, contents). System and developer messages become the system instruction,
     wherever they stand; assistant turns are the "model" role; the results of one assistant turn's tool
     calls go back as functionResponse parts of one user turn, in the order of the calls (Gemini pairs
@@ -32,7 +37,7 @@ def conversation(messages: list[dict[str, Any]],
     for index, message in enumerate(messages):
         role, where = message["role"], f"messages.{index}"
         if role in ("system", "developer"):
-            system.extend(_text_parts(message.get("content"), where))
+            system.extend(_parts(message.get("content"), where))
         elif role == "tool":
             result = ToolResult.from_chat(message)
             call = calls.get(result.call_id)
@@ -44,7 +49,7 @@ def conversation(messages: list[dict[str, Any]],
             results.append((position, function_response_part(name, result)))
         elif role == "assistant":
             flush_results()
-            parts = _text_parts(message.get("content"), where)
+            parts = _parts(message.get("content"), where)
             for position, (tool_call, entry) in enumerate(assistant_tool_calls(message, where)):
                 if tool_call.id:
                     calls[tool_call.id] = (tool_call.name, position)
@@ -52,7 +57,7 @@ def conversation(messages: list[dict[str, Any]],
             _add(contents, "model", parts)
         else:
             flush_results()
-            _add(contents, "user", _user_parts(message.get("content"), where, fetch_image))
+            _add(contents, "user", _parts(message.get("content"), where, fetch_image))
     flush_results()
     return system, contents
 
@@ -66,56 +71,75 @@ def _add(contents: list[dict[str, Any]], role: str, parts: list[dict[str, Any]])
         contents.append({"role": role, "parts": parts})
 
 
-def _text_parts(content: Any, where: str) -> list[dict[str, Any]]:
-    if content is None:
-        return []
-    if isinstance(content, str):
-        return [{"text": content}] if content else []
-    parts = []
-    for index, part in enumerate(content):
-        if part.get("type") in ("text", "refusal"):
-            text = part.get("text") if part.get("type") == "text" else part.get("refusal")
-            if isinstance(text, str) and text:
-                parts.append({"text": text})
-        else:
-            raise _part_unsupported(part, f"{where}.content.{index}")
-    return parts
+# -- content: Gemini's parts and the conversation's, each way
+
+def inline_part(mime: str, data: str) -> Part | None:
+    """Gemini's inlineData as a content part (``gemini_part`` is its reverse): an image as a data URL, a
+    PDF as a file named document.pdf, wav or mp3 audio as audio; None for data of another type, which only
+    Gemini reads."""
+    if mime.startswith("image/"):
+        return ImagePart(f"data:{mime};base64,{data}")
+    if mime == "application/pdf":
+        return FilePart(f"data:{mime};base64,{data}", "document.pdf")
+    audio = AUDIO_TYPES.get(mime)
+    return AudioPart(data, audio) if audio else None
 
 
-def _user_parts(content: Any, where: str, fetch_image: Callable[[str, str], dict[str, Any]]) -> list[dict[str, Any]]:
+def file_part(uri: str, mime: Any) -> Part | None:
+    """Gemini's fileData as a content part: an image by an http(s) URL off Google's servers, as that URL;
+    None for any other file (uploaded to Google or in Cloud Storage, or not an image), which only Gemini
+    reads."""
+    is_image = isinstance(mime, str) and mime.startswith("image/")
+    on_google = uri.startswith("https://generativelanguage.googleapis.com/") or uri.startswith("gs://")
+    return ImagePart(uri) if is_image and uri.startswith(("http://", "https://")) and not on_google else None
+
+
+def gemini_part(part: Part, where: str, fetch_image: FetchImage | None = None) -> dict[str, Any] | None:
+    """A content part as a Gemini part (``inline_part`` and ``file_part`` are its reverse), ``where`` naming
+    it: text (a refusal too; None when empty), an image inline (a data URL's bytes, or one by URL fetched by
+    ``fetch_image``; without it a data URL only), wav or mp3 audio and a file's data URL inline. Audio of
+    another format is a 400, a file by its id is refused."""
+    if isinstance(part, (TextPart, RefusalPart)):
+        text = part.text if isinstance(part, TextPart) else part.refusal
+        return {"text": text} if text else None
+    if isinstance(part, ImagePart):
+        url = part.url
+        if url.startswith("data:") or fetch_image is None:
+            return _inline(url, f"{where}.image_url.url")
+        return fetch_image(url, f"{where}.image_url.url")
+    if isinstance(part, AudioPart) and part.format in AUDIO_FORMATS:
+        return {"inlineData": {"mimeType": AUDIO_FORMATS[part.format], "data": part.data}}
+    if isinstance(part, AudioPart):
+        raise _audio_refused(where)
+    if part.data is not None:
+        return _inline(part.data, f"{where}.file.file_data")
+    raise part_unsupported(part.to_chat(), where)
+
+
+def _parts(content: Any, where: str, fetch_image: FetchImage | None = None) -> list[dict[str, Any]]:
+    """A message's content as Gemini's parts: text (an earlier answer's refusal as text), and in a user's
+    turn (given ``fetch_image``) images, audio and files too. An empty text is left out; any other part is
+    refused, naming it."""
     if not isinstance(content, list):
-        return _text_parts(content, where)
+        return [{"text": content}] if content else []
+    takes = (TextPart, ImagePart, AudioPart, FilePart) if fetch_image else (TextPart, RefusalPart)
     parts = []
-    for index, part in enumerate(content):
+    for index, found in enumerate(content):
         at = f"{where}.content.{index}"
-        kind = part.get("type")
-        if kind == "text":
-            if part["text"]:
-                parts.append({"text": part["text"]})
-        elif kind == "image_url":
-            image = part.get("image_url")
-            url = image.get("url") if isinstance(image, dict) else image
-            if not isinstance(url, str):
-                raise InvalidRequest(f"{at}.image_url needs a url.", param=f"{at}.image_url")
-            parts.append(_inline(url, f"{at}.image_url.url") if url.startswith("data:")
-                         else fetch_image(url, f"{at}.image_url.url"))
-        elif kind == "input_audio":
-            audio = part.get("input_audio") if isinstance(part.get("input_audio"), dict) else {}
-            mime = AUDIO_FORMATS.get(audio.get("format", ""))
-            if mime is None or not isinstance(audio.get("data"), str):
-                raise InvalidRequest(f"{at}.input_audio needs base64 data and a format of wav or mp3.",
-                                     param=f"{at}.input_audio")
-            parts.append({"inlineData": {"mimeType": mime, "data": audio["data"]}})
-        elif kind == "file" and isinstance(part.get("file"), dict) and isinstance(part["file"].get("file_data"), str):
-            parts.append(_inline(part["file"]["file_data"], f"{at}.file.file_data"))
-        else:
-            raise _part_unsupported(part, at)
+        part = user_part(found, at) if fetch_image else part_from_chat(found)
+        if part is None and fetch_image and found.get("type") == "input_audio":
+            raise _audio_refused(at)
+        if not isinstance(part, takes):
+            raise part_unsupported(found, at)
+        written = gemini_part(part, at, fetch_image)
+        if written is not None:
+            parts.append(written)
     return parts
 
 
-def _part_unsupported(part: dict[str, Any], where: str) -> UnsupportedParameter:
-    what = "file parts by file_id" if part.get("type") == "file" else f"content parts of type {part.get('type')!r}"
-    return UnsupportedParameter(f"{where}: {what} are not supported for this model.", param="messages")
+def _audio_refused(where: str) -> InvalidRequest:
+    return InvalidRequest(f"{where}.input_audio needs base64 data and a format of wav or mp3.",
+                          param=f"{where}.input_audio")
 
 
 def _inline(url: str, where: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.conversation import PassedThrough, Tool, ToolCall, ToolChoice, content_text
+from gateway.conversation import Part, PassedThrough, Tool, ToolCall, ToolChoice, content_text, part_from_chat
 from utils_app.errors import InvalidRequest, UnsupportedParameter, UpstreamError
 
 DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)(?:;[^,;]*)*;base64,(?P<data>.*)\Z", re.S)
@@ -112,6 +112,21 @@ def data_url(url: str, where: str) -> tuple[str, str]:
         raise InvalidRequest(f"{where} must be an http(s) URL or a base64 data URL (data:TYPE;base64,…).",
                              param=where)
     return match["type"], match["data"]
+
+
+def user_part(found: dict[str, Any], where: str) -> Part | None:
+    """A part of a user message's content, as the translating adapters read it (``part_from_chat``): an image
+    without a URL is a 400 naming it; None for a part that cannot be read, which the adapter refuses."""
+    part = part_from_chat(found)
+    if part is None and found.get("type") == "image_url":
+        raise InvalidRequest(f"{where}.image_url needs a url.", param=f"{where}.image_url")
+    return part
+
+
+def part_unsupported(part: dict[str, Any], where: str) -> UnsupportedParameter:
+    """The error for a chat content part an adapter's wire has no place for (a file by its id, say)."""
+    what = "file parts by file_id" if part.get("type") == "file" else f"content parts of type {part.get('type')!r}"
+    return UnsupportedParameter(f"{where}: {what} are not supported for this model.", param="messages")
 
 
 def tool_call_id() -> str:

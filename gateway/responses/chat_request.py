@@ -5,7 +5,17 @@ from dataclasses import replace
 from typing import Any, cast
 
 from gateway.chat_serializers import ChatCompletionRequest
-from gateway.conversation import Tool, ToolChoice, ToolMode, ToolResult, content_text
+from gateway.conversation import (
+    FilePart,
+    ImagePart,
+    Part,
+    TextPart,
+    Tool,
+    ToolChoice,
+    ToolMode,
+    ToolResult,
+    content_text,
+)
 from gateway.responses.request import check_request, need
 from gateway.responses.store import conversation, previous
 from gateway.upstream.openai import input_tool_call
@@ -115,9 +125,9 @@ def _chat_item(item: dict, where: str, messages: list[dict], ignored: list[str])
 
 
 def _content(content: Any, where: str, text_only: bool, ignored: list[str]) -> Any:
-    """A message's content as chat's: a string, or parts (text, image_url, file). A part chat cannot carry
-    (an uploaded file by its id, a part of a newer type) is left out and named: a deployment that speaks
-    the Responses API gets it as it came."""
+    """A message's content as chat's: a string, or parts (``input_part``). A part chat cannot carry (an
+    uploaded file by its id, a part of a newer type) is left out and named: a deployment that speaks the
+    Responses API gets it as it came."""
     if isinstance(content, str):
         return content
     need(isinstance(content, list), where, "must be a string or an array of content parts.")
@@ -125,26 +135,32 @@ def _content(content: Any, where: str, text_only: bool, ignored: list[str]) -> A
     for index, part in enumerate(content):
         at = f"{where}.{index}"
         need(isinstance(part, dict) and isinstance(part.get("type"), str), at, "must be a content part with a type.")
-        kind = part["type"]
-        if kind in ("input_text", "output_text", "text", "refusal", "summary_text"):
-            text = part.get("refusal") if kind == "refusal" else part.get("text")
-            need(isinstance(text, str), f"{at}.text", "must be a string.")
-            parts.append({"type": "text", "text": text})
-        elif kind == "input_image" and not text_only:
-            url = part.get("image_url")
-            if not isinstance(url, str):
-                ignored.append(at)  # an uploaded file (file_id): chat takes images by URL only
-                continue
-            image: dict[str, Any] = {"url": url}
-            if part.get("detail") in ("low", "high", "auto"):
-                image["detail"] = part["detail"]
-            parts.append({"type": "image_url", "image_url": image})
-        elif kind == "input_file" and not text_only and isinstance(part.get("file_data"), str):
-            parts.append({"type": "file", "file": {"filename": str(part.get("filename") or "file.pdf"),
-                                                   "file_data": part["file_data"]}})
-        else:
+        read = input_part(part, at, text_only)
+        if read is None:
             ignored.append(at)
+        else:
+            parts.append(read.to_chat())
     return parts
+
+
+def input_part(part: dict, where: str, text_only: bool) -> Part | None:
+    """A Responses content part as the neutral one: any text (a refusal's and a summary's too) as text, an
+    image by its URL (an unknown detail left out), a file by its data (named file.pdf when it has no name);
+    None for what chat cannot carry (an image or a file by an uploaded file's id, a part of another type),
+    and for an image or a file where only text may be (``text_only``: a tool's output)."""
+    kind = part["type"]
+    if kind in ("input_text", "output_text", "text", "refusal", "summary_text"):
+        text = part.get("refusal") if kind == "refusal" else part.get("text")
+        need(isinstance(text, str), f"{where}.text", "must be a string.")
+        return TextPart(cast(str, text))  # need refused any other
+    if text_only:
+        return None
+    if kind == "input_image" and isinstance(part.get("image_url"), str):
+        detail = part.get("detail")
+        return ImagePart(part["image_url"], detail if detail in ("low", "high", "auto") else None)
+    if kind == "input_file" and isinstance(part.get("file_data"), str):
+        return FilePart(data=part["file_data"], filename=str(part.get("filename") or "file.pdf"))
+    return None
 
 
 def chat_tools(tools: list, ignored: list[str]) -> tuple[list[dict], set[str]]:

@@ -242,3 +242,25 @@ AUDIO_REFUSED = ("messages.0.content.0.input_audio needs base64 data and a forma
      ("messages.0.content.0.image_url needs a url.", "messages.0.content.0.image_url"))])
 def test_what_gemini_cannot_carry_is_refused(chat, kind, refusal):
     assert refused(kind, gemini_messages.conversation, [{"role": "user", "content": [chat]}], fetched) == refusal
+
+
+def test_responses_content_parts_read_into_the_neutral_parts_and_what_chat_cannot_carry_is_none():
+    from gateway.responses.chat_request import input_part
+
+    def read(part, text_only=False):
+        return input_part(part, "input.0.content.0", text_only)
+
+    assert read({"type": "input_text", "text": "hi"}) == TextPart("hi")
+    assert read({"type": "refusal", "refusal": "no"}) == TextPart("no")  # chat's request has no refusal part
+    assert read({"type": "input_image", "image_url": PNG, "detail": "high"}) == ImagePart(PNG, "high")
+    assert read({"type": "input_image", "image_url": PNG, "detail": "huge"}) == ImagePart(PNG)
+    assert read({"type": "input_file", "file_data": PDF}) == FilePart(PDF, "file.pdf")
+    assert read({"type": "input_file", "file_data": PDF, "filename": "a.pdf"}).to_chat() == {
+        "type": "file", "file": {"filename": "a.pdf", "file_data": PDF}}
+    # By an uploaded file's id, of a newer type, or where only text may be (a tool's output): not carried.
+    for part in ({"type": "input_image", "file_id": "file-1"}, {"type": "input_file", "file_id": "file-1"},
+                 {"type": "input_audio", "input_audio": {}}):
+        assert read(part) is None
+    assert read({"type": "input_image", "image_url": PNG}, text_only=True) is None
+    assert refused(InvalidRequest, read, {"type": "input_text", "text": 3}) == (
+        "input.0.content.0.text: must be a string.", "input.0.content.0.text")

@@ -8,8 +8,8 @@ gateway.upstream.anthropic_answer, Gemini's finish reasons, usageMetadata and fu
 gateway.upstream.gemini_answer, the Responses API's incomplete reasons, usage and function_call items in
 gateway.upstream.openai. A request's earlier tool calls are ToolCall values too, and their results ToolResult
 values; the tools it declares are Tool values, and its tool choice a ToolChoice (each wire's in its request
-module). What is typed so far and what still travels as a dict is in docs/architecture.md ("One conversation
-shape").
+module). A streamed answer's chunks are read and written as StreamPiece values (docs/architecture.md, "One
+conversation shape").
 """
 import json
 from collections.abc import Mapping
@@ -237,6 +237,99 @@ class ToolChoice:
             return {"type": "allowed_tools", "allowed_tools": {"mode": self.mode, "tools": [
                 {"type": "function", "function": {"name": name}} for name in self.allowed]}}
         return self.mode
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A piece of the streamed tool call ``index`` (a delta's tool_calls entry): the first gives its ``id`` and
+    ``name`` (all arguments too, from a wire that sends calls whole), a later one the next ``arguments`` text;
+    ``extra_content`` is a provider's beside it (Gemini's thought signature). Not a string reads as ""."""
+
+    index: int = 0
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+    extra_content: dict[str, Any] | None = None
+
+    @classmethod
+    def from_chat(cls, entry: dict[str, Any]) -> Self:
+        function, extra, call = entry.get("function"), entry.get("extra_content"), ToolCall.from_chat(entry)
+        pieces = function.get("arguments") if isinstance(function, dict) else None
+        return cls(entry["index"] if type(entry.get("index")) is int else 0, call.id, call.name,
+                   pieces if isinstance(pieces, str) else "", extra if isinstance(extra, dict) else None)
+
+    def to_chat(self) -> dict[str, Any]:
+        """An opening piece (one with an id) as ``ToolCall.to_chat`` writes it, a later one as its arguments."""
+        if not self.id:
+            return {"index": self.index, "function": {"arguments": self.arguments}}
+        entry = ToolCall(self.id, self.name, self.arguments).to_chat(self.index)
+        return entry if self.extra_content is None else {**entry, "extra_content": self.extra_content}
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """A choice's piece of a streamed answer (a chunk's choices entry): ``role`` on its first, ``text`` (None:
+    no content), tool call pieces, the ``finish`` reason on its last (one chat does not name: stop), logprobs."""
+
+    index: int = 0
+    role: Literal["assistant"] | None = None
+    text: str | None = None
+    tool_calls: tuple[ToolCallDelta, ...] = ()
+    finish: StopReason | None = None
+    logprobs: dict[str, Any] | None = None
+
+    @classmethod
+    def from_chat(cls, choice: dict[str, Any], position: int) -> Self:
+        found, finish, logprobs = choice.get("delta"), choice.get("finish_reason"), choice.get("logprobs")
+        delta: dict[str, Any] = found if isinstance(found, dict) else {}
+        calls, text = delta.get("tool_calls"), delta.get("content")
+        return cls(choice["index"] if type(choice.get("index")) is int else position,
+                   "assistant" if delta.get("role") == "assistant" else None, text if isinstance(text, str) else None,
+                   tuple(ToolCallDelta.from_chat(call) for call in calls if isinstance(call, dict))
+                   if isinstance(calls, list) else (),
+                   (StopReason(finish) if finish in StopReason.__members__.values() else StopReason.STOP)
+                   if finish else None, logprobs if isinstance(logprobs, dict) else None)
+
+    def to_chat(self, *, brief: bool = False) -> dict[str, Any]:
+        delta: dict[str, Any] = {} if self.role is None else {"role": self.role}
+        delta.update({} if self.text is None else {"content": self.text})
+        delta.update({"tool_calls": [call.to_chat() for call in self.tool_calls]} if self.tool_calls else {})
+        finish = {} if brief and self.finish is None else {"finish_reason": self.finish and self.finish.value}
+        return {"index": self.index, "delta": delta, **({} if brief else {"logprobs": self.logprobs}), **finish}
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPiece:
+    """A chunk of a streamed answer (chat.completion.chunk): its choices' pieces, ``usage``, the ``cost`` the
+    metering adds. ``from_chunk`` reads what it safely can (no list or object: none); ``to_chunk`` writes it."""
+
+    choices: tuple[Delta, ...] = ()
+    usage: Usage | None = None
+    cost: int | None = None
+    id: str = ""  # the answer's, "" when not given
+    model: str | None = None
+    created: int | None = None
+
+    @classmethod
+    def from_chunk(cls, chunk: Any) -> Self:
+        found: dict[str, Any] = chunk if isinstance(chunk, dict) else {}
+        listed, usage, chunk_id, model, created = (found.get(name) for name in (
+            "choices", "usage", "id", "model", "created"))
+        cost = usage.get("cost") if isinstance(usage, dict) else None
+        return cls(tuple(Delta.from_chat(choice, position) for position, choice in
+                         enumerate(listed if isinstance(listed, list) else ()) if isinstance(choice, dict)),
+                   Usage.from_chat(usage) if isinstance(usage, dict) else None, cost if type(cost) is int else None,
+                   chunk_id if isinstance(chunk_id, str) else "", model if isinstance(model, str) else None,
+                   created if type(created) is int else None)
+
+    def to_chunk(self, *, brief: bool = False) -> dict[str, Any]:
+        """Chat's chunk; ``brief``, the Responses adapter's: no id, object, created, model, logprobs, nor a
+        finish reason before there is one."""
+        chunk: dict[str, Any] = {} if brief else {"id": self.id, "object": "chat.completion.chunk",
+                                                  "created": self.created, "model": self.model}
+        chunk["choices"] = [choice.to_chat(brief=brief) for choice in self.choices]
+        if self.usage is not None:
+            chunk["usage"] = self.usage.to_chat() | ({} if self.cost is None else {"cost": self.cost})
+        return chunk
 
 
 class PassedThrough(dict[str, Any]):

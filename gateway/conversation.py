@@ -1,18 +1,16 @@
 """The gateway's own shape of a conversation, typed: what every inbound API and every upstream adapter
-shares, whatever its wire.
+shares, whatever its wire. This module holds an answer's side: its stop reasons, usage, tool calls, the
+pieces of a streamed answer, and a provider's own answer passed through; gateway.conversation_request
+holds a request's side (content parts, tool results, tools, tool choice).
 
 The neutral shape is the chat completion's (OpenAI's chat.completion and its chunks), so its stop reasons
 are OpenAI's finish reasons, its usage is chat's and its tool calls are chat's. Each wire maps to and from
 these beside its reverse: Anthropic's stop reasons, usage and tool_use blocks in
 gateway.upstream.anthropic_answer, Gemini's finish reasons, usageMetadata and functionCall parts in
 gateway.upstream.gemini_answer, the Responses API's incomplete reasons, usage and function_call items in
-gateway.upstream.openai. A request's earlier tool calls are ToolCall values too, and their results ToolResult
-values; the tools it declares are Tool values, and its tool choice a ToolChoice (each wire's in its request
-module); a message's content parts (text, a refusal, an image, audio, a file) are TextPart, RefusalPart,
-ImagePart, AudioPart and FilePart values, each wire's content mapped to and from them beside its reverse
-(Anthropic's blocks in gateway.upstream.anthropic_request, Gemini's parts in
-gateway.upstream.gemini_messages). What is typed so far and what still travels as a dict is in
-docs/architecture.md ("One conversation shape").
+gateway.upstream.openai. A request's earlier tool calls are ToolCall values too. A streamed answer's
+chunks are written by the adapters and read by the codecs as StreamPiece values. What is typed so far and
+what still travels as a dict is in docs/architecture.md ("One conversation shape").
 """
 import json
 from collections.abc import Mapping
@@ -128,237 +126,98 @@ class ToolCall:
         return value if isinstance(value, dict) else {}
 
 
-def content_text(content: Any) -> str:
-    """The text of a chat message's content: a string, or the text parts of an array, joined by spaces."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str))
-    return ""
-
-
 @dataclass(frozen=True, slots=True)
-class ToolResult:
-    """What a tool returned, as a request carries it back: the id of the call it answers, and its content
-    as text (chat's tool message). A ``call_id`` of "" is one the message did not give: each wire's
-    mapping says whether that is refused."""
+class ToolCallDelta:
+    """A piece of the streamed tool call ``index`` (a delta's tool_calls entry): the first gives its ``id`` and
+    ``name`` (all arguments too, from a wire that sends calls whole), a later one the next ``arguments`` text;
+    ``extra_content`` is a provider's beside it (Gemini's thought signature). Not a string reads as ""."""
 
-    call_id: str
-    content: str
+    index: int = 0
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+    extra_content: dict[str, Any] | None = None
 
     @classmethod
-    def from_chat(cls, message: Any) -> Self:
-        """Chat's tool message (``to_chat`` is its reverse): a tool_call_id that is not a string reads as ""
-        (not given); the content is its text (``content_text``)."""
-        found: dict[str, Any] = message if isinstance(message, dict) else {}
-        call_id = found.get("tool_call_id")
-        return cls(call_id=call_id if isinstance(call_id, str) else "", content=content_text(found.get("content")))
+    def from_chat(cls, entry: dict[str, Any]) -> Self:
+        function, extra, call = entry.get("function"), entry.get("extra_content"), ToolCall.from_chat(entry)
+        pieces = function.get("arguments") if isinstance(function, dict) else None
+        return cls(entry["index"] if type(entry.get("index")) is int else 0, call.id, call.name,
+                   pieces if isinstance(pieces, str) else "", extra if isinstance(extra, dict) else None)
 
     def to_chat(self) -> dict[str, Any]:
-        """Chat's tool message."""
-        return {"role": "tool", "tool_call_id": self.call_id, "content": self.content}
+        """An opening piece (one with an id) as ``ToolCall.to_chat`` writes it, a later one as its arguments."""
+        if not self.id:
+            return {"index": self.index, "function": {"arguments": self.arguments}}
+        entry = ToolCall(self.id, self.name, self.arguments).to_chat(self.index)
+        return entry if self.extra_content is None else {**entry, "extra_content": self.extra_content}
 
 
 @dataclass(frozen=True, slots=True)
-class Tool:
-    """A function a request declares for the model to call (chat's function tool). ``parameters`` is its
-    JSON schema as given, None when the tool gave none; ``description`` and ``strict`` are None when not
-    given (a description of "" is one given empty). Each wire's mapping says what it fills in or leaves out."""
+class Delta:
+    """A choice's piece of a streamed answer (a chunk's choices entry): ``role`` on its first, ``text`` (None:
+    no content), tool call pieces, the ``finish`` reason on its last (one chat does not name: stop), logprobs."""
 
-    name: str
-    parameters: dict[str, Any] | None = None
-    description: str | None = None
-    strict: bool | None = None
+    index: int = 0
+    role: Literal["assistant"] | None = None
+    text: str | None = None
+    tool_calls: tuple[ToolCallDelta, ...] = ()
+    finish: StopReason | None = None
+    logprobs: dict[str, Any] | None = None
 
     @classmethod
-    def from_chat(cls, tool: Any) -> Self | None:
-        """Chat's function tool (``to_chat`` is its reverse), checked already (a function with a name); None
-        for a tool of any other type (a custom tool, a provider's own), which each adapter refuses or skips.
-        Parameters that are not an object, and a description or strict of another type, read as not given."""
-        function = tool.get("function") if isinstance(tool, dict) and tool.get("type") == "function" else None
-        if not isinstance(function, dict):
-            return None
-        parameters, description, strict = (function.get(name) for name in ("parameters", "description", "strict"))
-        return cls(name=function["name"], parameters=parameters if isinstance(parameters, dict) else None,
-                   description=description if isinstance(description, str) else None,
-                   strict=strict if isinstance(strict, bool) else None)
+    def from_chat(cls, choice: dict[str, Any], position: int) -> Self:
+        found, finish, logprobs = choice.get("delta"), choice.get("finish_reason"), choice.get("logprobs")
+        delta: dict[str, Any] = found if isinstance(found, dict) else {}
+        calls, text = delta.get("tool_calls"), delta.get("content")
+        return cls(choice["index"] if type(choice.get("index")) is int else position,
+                   "assistant" if delta.get("role") == "assistant" else None, text if isinstance(text, str) else None,
+                   tuple(ToolCallDelta.from_chat(call) for call in calls if isinstance(call, dict))
+                   if isinstance(calls, list) else (),
+                   (StopReason(finish) if finish in StopReason.__members__.values() else StopReason.STOP)
+                   if finish else None, logprobs if isinstance(logprobs, dict) else None)
 
-    def to_chat(self, *, strict_first: bool = False) -> dict[str, Any]:
-        """Chat's function tool: the name, the parameters (when given), the description, strict. With
-        ``strict_first`` strict comes before the description, the order the Responses decoder writes."""
-        function: dict[str, Any] = {"name": self.name}
-        if self.parameters is not None:
-            function["parameters"] = self.parameters
-        if self.strict is not None and strict_first:
-            function["strict"] = self.strict
-        if self.description is not None:
-            function["description"] = self.description
-        if self.strict is not None and not strict_first:
-            function["strict"] = self.strict
-        return {"type": "function", "function": function}
-
-
-# Whether the model may call a tool (auto), must not (none) or must (required).
-ToolMode = Literal["auto", "none", "required"]
+    def to_chat(self, *, brief: bool = False) -> dict[str, Any]:
+        delta: dict[str, Any] = {} if self.role is None else {"role": self.role}
+        delta.update({} if self.text is None else {"content": self.text})
+        delta.update({"tool_calls": [call.to_chat() for call in self.tool_calls]} if self.tool_calls else {})
+        finish = {} if brief and self.finish is None else {"finish_reason": self.finish and self.finish.value}
+        return {"index": self.index, "delta": delta, **({} if brief else {"logprobs": self.logprobs}), **finish}
 
 
 @dataclass(frozen=True, slots=True)
-class ToolChoice:
-    """Which of a request's tools the model may or must call: ``mode`` auto (it decides), none (it answers in
-    text) or required (it calls one); ``allowed``, the names of the only tools it may call (chat's
-    allowed_tools; None: every tool); ``forced``, the one function it must call (mode required)."""
+class StreamPiece:
+    """A chunk of a streamed answer (chat.completion.chunk): its choices' pieces, ``usage``, the ``cost`` the
+    metering adds. ``from_chunk`` reads what it safely can (no list or object: none); ``to_chunk`` writes it."""
 
-    mode: ToolMode = "auto"
-    allowed: tuple[str, ...] | None = None
-    forced: str | None = None
+    choices: tuple[Delta, ...] = ()
+    usage: Usage | None = None
+    cost: int | None = None
+    id: str = ""  # the answer's, "" when not given
+    model: str | None = None
+    created: int | None = None
 
     @classmethod
-    def from_chat(cls, choice: Any) -> Self | None:
-        """Chat's tool_choice (``to_chat`` is its reverse): a word, one function named, or allowed_tools (the
-        names of its function tools; another type's entries are not carried). None for what is not typed:
-        a custom tool forced, or a choice or an allowed function without a name."""
-        if choice in ("auto", "none", "required"):
-            return cls(mode=choice)
-        kind = choice.get("type") if isinstance(choice, dict) else None
-        if kind == "function" and isinstance(choice.get("function"), dict) \
-                and isinstance(choice["function"].get("name"), str):
-            return cls(mode="required", forced=choice["function"]["name"])
-        allowed = choice.get("allowed_tools") if kind == "allowed_tools" else None
-        if isinstance(allowed, dict) and allowed.get("mode") in ("auto", "required") \
-                and isinstance(allowed.get("tools"), list):
-            names = [tool["function"].get("name") for tool in allowed["tools"]
-                     if isinstance(tool, dict) and isinstance(tool.get("function"), dict)]
-            if all(isinstance(name, str) for name in names):
-                return cls(mode=allowed["mode"], allowed=tuple(names))
-        return None
+    def from_chunk(cls, chunk: Any) -> Self:
+        found: dict[str, Any] = chunk if isinstance(chunk, dict) else {}
+        listed, usage, chunk_id, model, created = (found.get(name) for name in (
+            "choices", "usage", "id", "model", "created"))
+        cost = usage.get("cost") if isinstance(usage, dict) else None
+        return cls(tuple(Delta.from_chat(choice, position) for position, choice in
+                         enumerate(listed if isinstance(listed, list) else ()) if isinstance(choice, dict)),
+                   Usage.from_chat(usage) if isinstance(usage, dict) else None, cost if type(cost) is int else None,
+                   chunk_id if isinstance(chunk_id, str) else "", model if isinstance(model, str) else None,
+                   created if type(created) is int else None)
 
-    def to_chat(self) -> str | dict[str, Any]:
-        """Chat's tool_choice."""
-        if self.forced is not None:
-            return {"type": "function", "function": {"name": self.forced}}
-        if self.allowed is not None:
-            return {"type": "allowed_tools", "allowed_tools": {"mode": self.mode, "tools": [
-                {"type": "function", "function": {"name": name}} for name in self.allowed]}}
-        return self.mode
-
-
-@dataclass(frozen=True, slots=True)
-class TextPart:
-    """Text in a message's content (chat's text part)."""
-
-    text: str
-
-    def to_chat(self) -> dict[str, Any]:
-        return {"type": "text", "text": self.text}
-
-
-@dataclass(frozen=True, slots=True)
-class RefusalPart:
-    """A refusal the model wrote, as an earlier assistant turn carries it back (chat's refusal part)."""
-
-    refusal: str
-
-    def to_chat(self) -> dict[str, Any]:
-        return {"type": "refusal", "refusal": self.refusal}
-
-
-@dataclass(frozen=True, slots=True)
-class ImagePart:
-    """An image by its URL: an http(s) URL, or a data URL holding its bytes in base64 (chat's image_url
-    part). ``detail`` is chat's ("low", "high", "auto"), None when not given."""
-
-    url: str
-    detail: str | None = None
-
-    def to_chat(self) -> dict[str, Any]:
-        image: dict[str, Any] = {"url": self.url}
-        if self.detail is not None:
-            image["detail"] = self.detail
-        return {"type": "image_url", "image_url": image}
-
-
-@dataclass(frozen=True, slots=True)
-class AudioPart:
-    """Audio: its bytes in base64 and chat's name of their format ("wav", "mp3"; chat's input_audio part)."""
-
-    data: str
-    format: str
-
-    def to_chat(self) -> dict[str, Any]:
-        return {"type": "input_audio", "input_audio": {"data": self.data, "format": self.format}}
-
-
-@dataclass(frozen=True, slots=True)
-class FilePart:
-    """A file (chat's file part): its bytes as a base64 data URL (``data``) and its name, or the id of a file
-    uploaded to the provider; a member None is one not given. A wire that carries no file by id refuses one."""
-
-    data: str | None = None
-    filename: str | None = None
-    file_id: str | None = None
-
-    def to_chat(self) -> dict[str, Any]:
-        found = {"filename": self.filename, "file_data": self.data, "file_id": self.file_id}
-        return {"type": "file", "file": {name: value for name, value in found.items() if value is not None}}
-
-
-Part = TextPart | RefusalPart | ImagePart | AudioPart | FilePart
-# A message's content: a string, or its parts.
-Content = str | list[Part]
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _string(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def part_from_chat(part: Any) -> Part | None:
-    """Chat's content part (each part's ``to_chat`` is its reverse); None for a part of another type, or
-    without what its type needs: an image without a string URL (given as image_url's url, or as image_url
-    itself), audio without string data and format, a file with neither data nor an id. A text or a refusal
-    that is not a string reads as "" (nothing), a member of a file or an image's detail that is not a
-    string as not given."""
-    found: dict[str, Any] = part if isinstance(part, dict) else {}
-    kind = found.get("type")
-    if kind == "text":
-        return TextPart(_text(found.get("text")))
-    if kind == "refusal":
-        return RefusalPart(_text(found.get("refusal")))
-    if kind == "image_url":
-        image = found.get("image_url")
-        url = image.get("url") if isinstance(image, dict) else image
-        detail = _string(image.get("detail")) if isinstance(image, dict) else None
-        return ImagePart(url, detail) if isinstance(url, str) else None
-    if kind == "input_audio":
-        audio = found.get("input_audio")
-        if not isinstance(audio, dict) or not isinstance(audio.get("data"), str) \
-                or not isinstance(audio.get("format"), str):
-            return None
-        return AudioPart(audio["data"], audio["format"])
-    if kind == "file" and isinstance(found.get("file"), dict):
-        file = found["file"]
-        read = FilePart(_string(file.get("file_data")), _string(file.get("filename")), _string(file.get("file_id")))
-        return read if read.data is not None or read.file_id is not None else None
-    return None
-
-
-def content_from_chat(content: Any) -> Content | None:
-    """Chat's message content (``content_to_chat`` is its reverse): a string as it is, an array as its
-    parts, a part that cannot be read (``part_from_chat``) left out; None for none. An adapter that
-    refuses such a part reads the parts one by one, to name it."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return None
-    return [part for part in map(part_from_chat, content) if part is not None]
-
-
-def content_to_chat(content: Content | None) -> str | list[dict[str, Any]] | None:
-    """Chat's message content: a string as it is, parts as chat's parts."""
-    return content if content is None or isinstance(content, str) else [part.to_chat() for part in content]
+    def to_chunk(self, *, brief: bool = False) -> dict[str, Any]:
+        """Chat's chunk; ``brief``, the Responses adapter's: no id, object, created, model, logprobs, nor a
+        finish reason before there is one."""
+        chunk: dict[str, Any] = {} if brief else {"id": self.id, "object": "chat.completion.chunk",
+                                                  "created": self.created, "model": self.model}
+        chunk["choices"] = [choice.to_chat(brief=brief) for choice in self.choices]
+        if self.usage is not None:
+            chunk["usage"] = self.usage.to_chat() | ({} if self.cost is None else {"cost": self.cost})
+        return chunk
 
 
 class PassedThrough(dict[str, Any]):

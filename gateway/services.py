@@ -7,7 +7,7 @@ import json
 import time
 
 from gateway import idempotency, media, metering
-from gateway.conversation import content_text
+from gateway.conversation_request import content_text
 from gateway.output_serializers import ImageGenerationResult, SpeechResult
 from gateway.tokens import count_tokens
 from gateway.pipeline import Meter, Outcome, metered, resolve_model

@@ -3,7 +3,8 @@ import uuid
 from typing import Any
 
 from gateway.gemini_api.members import obj
-from gateway.conversation import ToolCall, Usage, content_text
+from gateway.conversation import ToolCall, Usage
+from gateway.conversation_request import content_text
 from gateway.upstream.gemini_answer import function_call_part, google_finish_reason, usage_metadata
 
 

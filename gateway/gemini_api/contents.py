@@ -3,7 +3,7 @@ its parts (text, inline data, files, function calls and their responses)."""
 from dataclasses import replace
 from typing import Any
 
-from gateway.conversation import Part, TextPart, content_to_chat
+from gateway.conversation_request import Part, TextPart, content_to_chat
 from gateway.gemini_api.members import GeminiRequest, camel, member, need, need_dict, need_list
 from gateway.upstream.gemini_answer import tool_call, tool_result
 from gateway.upstream.gemini_messages import file_part, inline_part

@@ -1,12 +1,10 @@
 """Chat chunks as streamGenerateContent answers them: SSE events with ``?alt=sse``, else one JSON array."""
 import json
-from dataclasses import replace
 from typing import Any
 
-from gateway.conversation import PassedThrough, ToolCall, Usage
+from gateway.conversation import PassedThrough, StreamPiece, ToolCall, ToolCallDelta, Usage
 from gateway.gemini_api.answer import response_id
 from gateway.gemini_api.errors import error_body
-from gateway.gemini_api.members import index_or, obj
 from gateway.relay import OpenAIEvents
 from gateway.upstream.gemini_answer import function_call_part, google_finish_reason, usage_metadata
 from utils_app.errors import GatewayError
@@ -51,50 +49,42 @@ class GeminiEvents(OpenAIEvents):
             return self._frame(event)
         if self.passed_through:
             return b""  # the metering's own chunk beside Google's events
-        self.id = self.id or response_id(chunk.get("id"))
-        self.model = chunk.get("model")
+        piece = StreamPiece.from_chunk(chunk)
+        self.id = self.id or response_id(piece.id)
+        self.model = piece.model
         out = b""
         candidates = []
-        for position, choice in enumerate(chunk.get("choices") or ()):
-            if not isinstance(choice, dict):
-                continue
-            index = index_or(choice.get("index"), position)
-            delta = obj(choice.get("delta"))
-            parts = [{"text": delta["content"]}] if isinstance(delta.get("content"), str) and delta["content"] else []
-            for call in delta.get("tool_calls") or ():
-                self._add_call(index, call)
-            if choice.get("finish_reason"):
-                parts += [function_call_part(call) for _, call in sorted(self.calls.pop(index, {}).items())]
+        for delta in piece.choices:
+            parts = [{"text": delta.text}] if delta.text else []
+            for call in delta.tool_calls:
+                self._add_call(delta.index, call)
+            if delta.finish is not None:
+                parts += [function_call_part(call) for _, call in sorted(self.calls.pop(delta.index, {}).items())]
                 self.final.append({"content": {"role": "model", "parts": parts},
-                                   "finishReason": google_finish_reason(choice["finish_reason"]),
-                                   "index": index})
+                                   "finishReason": google_finish_reason(delta.finish), "index": delta.index})
             elif parts:
-                candidates.append({"content": {"role": "model", "parts": parts}, "index": index})
+                candidates.append({"content": {"role": "model", "parts": parts}, "index": delta.index})
         if candidates:
             out += self._frame(self._response(candidates))
-        if isinstance(chunk.get("usage"), dict):
-            out += self._last(chunk["usage"])
+        if piece.usage is not None:
+            out += self._last(piece.usage)
         return out
 
-    def _add_call(self, index: int, call: Any) -> None:
-        if not isinstance(call, dict):
-            return
-        position = index_or(call.get("index"), 0)
-        piece = obj(call.get("function")).get("arguments")
-        calls, delta = self.calls.setdefault(index, {}), ToolCall.from_chat(call)
-        held = calls.get(position, ToolCall(id="", name="", arguments=""))
-        # A delta's id and name, when it has them, are the call's; its arguments (text only) add to them.
-        calls[position] = replace(held, id=delta.id or held.id, name=delta.name or held.name,
-                                  arguments=held.arguments + (piece if isinstance(piece, str) else ""))
+    def _add_call(self, index: int, piece: ToolCallDelta) -> None:
+        calls = self.calls.setdefault(index, {})
+        held = calls.get(piece.index, ToolCall(id="", name="", arguments=""))
+        # A piece's id and name, when it has them, are the call's; its arguments add to them.
+        calls[piece.index] = ToolCall(id=piece.id or held.id, name=piece.name or held.name,
+                                      arguments=held.arguments + piece.arguments)
 
-    def _response(self, candidates: list[dict], usage: dict | None = None) -> dict:
+    def _response(self, candidates: list[dict], usage: Usage | None = None) -> dict:
         item: dict = {"candidates": candidates}
         if usage is not None:
-            item["usageMetadata"] = usage_metadata(Usage.from_chat(usage))
+            item["usageMetadata"] = usage_metadata(usage)
         item.update(modelVersion=self.model, responseId=self.id)
         return item
 
-    def _last(self, usage: dict | None) -> bytes:
+    def _last(self, usage: Usage | None) -> bytes:
         """The finished candidates, with the usage; a stream that finished no candidate ends with one that
         says STOP, so that a client always reads a finish reason."""
         candidates = self.final or [{"content": {"role": "model", "parts": [

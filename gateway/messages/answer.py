@@ -2,7 +2,8 @@
 import uuid
 from typing import Any
 
-from gateway.conversation import PassedThrough, ToolCall, Usage, content_text
+from gateway.conversation import PassedThrough, ToolCall, Usage
+from gateway.conversation_request import content_text
 from gateway.upstream.anthropic_answer import message_usage, stop_reason, tool_use
 
 
@@ -12,13 +13,11 @@ def message_id(completion_id) -> str:
     return f"msg_{uuid.uuid4().hex[:24]}"
 
 
-def charged_usage(usage) -> dict:
-    """Chat's usage, as the metering shows it, as Anthropic's (gateway.upstream.anthropic_answer), with the
-    credits charged (CONTRACT section 12) when the metering set them."""
-    shown = message_usage(Usage.from_chat(usage))
-    if isinstance(usage, dict) and type(usage.get("cost")) is int:
-        shown["cost"] = usage["cost"]
-    return shown
+def charged_usage(usage: Usage, cost: int | None) -> dict:
+    """The metered usage as Anthropic's (gateway.upstream.anthropic_answer), with the credits charged
+    (CONTRACT section 12) when the metering set them."""
+    shown = message_usage(usage)
+    return shown if cost is None else {**shown, "cost": cost}
 
 
 def message_object(completion: dict, *, input_tokens: int, output_tokens: int, cached: int) -> dict:

@@ -1,6 +1,6 @@
 """The conversation of a Messages request as OpenAI messages: the system prompt, each turn, and its content
 blocks (text, images, documents, search results, tool uses and their results)."""
-from gateway.conversation import Part, TextPart, ToolResult, content_to_chat
+from gateway.conversation_request import Part, TextPart, ToolResult, content_to_chat
 from gateway.messages.translation import Translation, need
 from gateway.upstream.anthropic_answer import tool_call
 from gateway.upstream.anthropic_request import block_part

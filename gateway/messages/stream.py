@@ -1,9 +1,8 @@
 """Chat chunks as Anthropic's Messages event stream (``message_start`` … ``message_stop``)."""
 import json
 from collections.abc import Callable
-from dataclasses import replace
 
-from gateway.conversation import PassedThrough, ToolCall, Usage
+from gateway.conversation import PassedThrough, StopReason, StreamPiece, ToolCall, ToolCallDelta, Usage
 from gateway.messages.answer import charged_usage, message_id
 from gateway.messages.errors import error_body
 from gateway.relay import OpenAIEvents, ReplyTokens
@@ -36,8 +35,9 @@ class AnthropicEvents(OpenAIEvents):
         self.index = -1  # the content block open now (-1: none yet)
         self.open: str | None = None
         self.tools: dict[int, int] = {}  # OpenAI tool call index -> content block index
-        self.finish = None
-        self.usage: dict = {}
+        self.finish: StopReason | None = None
+        self.usage: Usage | None = None  # the metered usage chunk's
+        self.cost: int | None = None
         self.passed_through = False  # the events are Anthropic's own, message_stop included
 
     def _start_block(self, block: dict) -> list[bytes]:
@@ -65,64 +65,52 @@ class AnthropicEvents(OpenAIEvents):
                 # The adapter refuses such an event; never written as an event: line, whoever passes one on.
                 raise UpstreamError("The upstream sent a stream event whose type is not an event name.")
             return _sse(kind, event)
-        events = []
+        piece, events = StreamPiece.from_chunk(chunk), []
         if not self.started:
             self.started = True
             events += [_sse("message_start", {"type": "message_start", "message": {
-                "id": message_id(chunk.get("id")), "type": "message", "role": "assistant", "model": chunk.get("model"),
+                "id": message_id(piece.id), "type": "message", "role": "assistant", "model": piece.model,
                 "content": [], "stop_reason": None, "stop_sequence": None,
-                "usage": self._start_usage(chunk.get("usage"))}}), _sse("ping", {"type": "ping"})]
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
-        choices = [choice for choice in chunk.get("choices") or () if isinstance(choice, dict)]
-        for choice in choices[:1]:
-            delta = choice.get("delta")
-            if not isinstance(delta, dict):
-                delta = {}
-            if isinstance(delta.get("content"), str) and delta["content"]:
-                self.reply.add(delta["content"])
+                "usage": self._start_usage(piece)}}), _sse("ping", {"type": "ping"})]
+        if piece.usage is not None:
+            self.usage, self.cost = piece.usage, piece.cost
+        for delta in piece.choices[:1]:
+            if delta.text:
+                self.reply.add(delta.text)
                 if self.open != "text":
                     events += self._start_block({"type": "text", "text": ""})
-                events.append(self._delta({"type": "text_delta", "text": delta["content"]}, self.index))
-            for call in delta.get("tool_calls") or ():
+                events.append(self._delta({"type": "text_delta", "text": delta.text}, self.index))
+            for call in delta.tool_calls:
                 events += self._tool_call(call)
-            if choice.get("finish_reason"):
-                self.finish = choice["finish_reason"]
+            if delta.finish is not None:
+                self.finish = delta.finish
         return b"".join(events)
 
-    def _tool_call(self, call) -> list[bytes]:
-        if not isinstance(call, dict):
-            return []
-        position = call.get("index")
-        if type(position) is not int:
-            position = 0
-        function = call.get("function")
-        if not isinstance(function, dict):
-            function = {}
+    def _tool_call(self, call: ToolCallDelta) -> list[bytes]:
         events = []
-        if position not in self.tools:
+        if call.index not in self.tools:
             # The block opens with its input empty; the arguments follow as input_json_delta pieces.
-            events += self._start_block(tool_use(replace(ToolCall.from_chat(call), arguments="")))
-            self.tools[position] = self.index
-        if isinstance(function.get("arguments"), str) and function["arguments"]:
-            self.reply.add(function["arguments"])
-            events.append(self._delta({"type": "input_json_delta", "partial_json": function["arguments"]},
-                                      self.tools[position]))
+            events += self._start_block(tool_use(ToolCall(call.id, call.name, "")))
+            self.tools[call.index] = self.index
+        if call.arguments:
+            self.reply.add(call.arguments)
+            events.append(self._delta({"type": "input_json_delta", "partial_json": call.arguments},
+                                      self.tools[call.index]))
         return events
 
-    def _start_usage(self, usage) -> dict:
+    def _start_usage(self, piece: StreamPiece) -> dict:
         """message_start's usage: the input the upstream counted, if its first chunk says, else the gateway's
         own count; one output token, the first, as Anthropic counts it there."""
-        counted = charged_usage(usage)
-        if not (isinstance(usage, dict) and type(usage.get("prompt_tokens")) is int):
+        counted = charged_usage(piece.usage or Usage(), piece.cost)
+        if piece.usage is None or piece.usage.input_tokens is None:
             counted["input_tokens"] = self.count_input() if self.count_input else 0
         self.input_tokens = counted["input_tokens"]
         return {**counted, "output_tokens": 1}
 
     def _final_usage(self) -> dict:
         """message_delta's usage: the metered usage chunk's figures, else the counts made here."""
-        if self.usage:
-            return charged_usage(self.usage)
+        if self.usage is not None:
+            return charged_usage(self.usage, self.cost)
         return message_usage(Usage(input_tokens=self.input_tokens, output_tokens=self.reply.tokens(), cached_tokens=0))
 
     @staticmethod

@@ -5,7 +5,7 @@ from dataclasses import replace
 from typing import Any, cast
 
 from gateway.chat_serializers import ChatCompletionRequest
-from gateway.conversation import (
+from gateway.conversation_request import (
     FilePart,
     ImagePart,
     Part,

@@ -5,7 +5,8 @@ from typing import Any
 
 from gateway import metering
 from gateway.chat_serializers import ChatCompletionRequest
-from gateway.conversation import PassedThrough, ToolCall, Usage, content_text
+from gateway.conversation import PassedThrough, ToolCall, Usage
+from gateway.conversation_request import content_text
 from gateway.models import StoredResponse
 from gateway.pipeline import Meter
 from gateway.responses.answer import (

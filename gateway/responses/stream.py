@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gateway import metering
-from gateway.conversation import PassedThrough, ToolCall, Usage
+from gateway.conversation import PassedThrough, StopReason, StreamPiece, ToolCall, ToolCallDelta, Usage
 from gateway.relay import OpenAIEvents
 from gateway.responses.answer import call_item, message_item, response_object
-from gateway.responses.request import obj
 from gateway.upstream.openai import incomplete_reason, response_usage
 from gateway.upstream.shapes import EVENT_NAME
 from utils_app.errors import GatewayError, UpstreamError
@@ -39,8 +37,9 @@ class ResponsesEvents(OpenAIEvents):
         self.tools: dict[int, int] = {}  # chat tool call index -> output index
         self.arguments: dict[int, str] = {}  # output index -> the tool call's arguments so far
         self.text = ""
-        self.finish: str | None = None
-        self.usage: dict = {}
+        self.finish: StopReason | None = None
+        self.usage: Usage | None = None  # the metered counts
+        self.cost: int | None = None  # the credits charged
 
     def _event(self, kind: str, data: dict) -> bytes:
         event = {"type": kind, "sequence_number": self.sequence, **data}
@@ -53,8 +52,9 @@ class ResponsesEvents(OpenAIEvents):
                                output=list(self.items), status=status, **extra)
 
     def chunk(self, chunk: dict) -> bytes:
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]  # the metered counts (and the credits charged)
+        piece = StreamPiece.from_chunk(chunk)
+        if piece.usage is not None:
+            self.usage, self.cost = piece.usage, piece.cost  # the metered counts (and the credits charged)
         if isinstance(chunk, PassedThrough):
             return self._passed(chunk.native)
         events = []
@@ -62,16 +62,13 @@ class ResponsesEvents(OpenAIEvents):
             self.started = True
             events += [self._event("response.created", {"response": self._snapshot("in_progress")}),
                        self._event("response.in_progress", {"response": self._snapshot("in_progress")})]
-        choices = [choice for choice in chunk.get("choices") or () if isinstance(choice, dict)]
-        for choice in choices[:1]:
-            delta = obj(choice.get("delta"))
-            if isinstance(delta.get("content"), str) and delta["content"]:
-                events += self._text(delta["content"])
-            for call in delta.get("tool_calls") or ():
-                if isinstance(call, dict):
-                    events += self._tool_call(call)
-            if choice.get("finish_reason"):
-                self.finish = choice["finish_reason"]
+        for delta in piece.choices[:1]:
+            if delta.text:
+                events += self._text(delta.text)
+            for call in delta.tool_calls:
+                events += self._tool_call(call)
+            if delta.finish is not None:
+                self.finish = delta.finish
         return b"".join(events)
 
     def _text(self, text: str) -> list[bytes]:
@@ -92,27 +89,24 @@ class ResponsesEvents(OpenAIEvents):
             "logprobs": []}))
         return events
 
-    def _tool_call(self, call: dict) -> list[bytes]:
-        position: int = call["index"] if type(call.get("index")) is int else 0
-        function = obj(call.get("function"))
+    def _tool_call(self, call: ToolCallDelta) -> list[bytes]:
         events = []
-        if position not in self.tools:
+        if call.index not in self.tools:
             events += self._close()
             # The item opens with its arguments empty; they follow as they arrive.
-            item = call_item(replace(ToolCall.from_chat(call), arguments=""), self.dialect.customs)
+            item = call_item(ToolCall(call.id, call.name, ""), self.dialect.customs)
             item.update(status="in_progress", **({"input": ""} if item["type"] == "custom_tool_call" else
                                                   {"arguments": ""}))
             events += self._open(item)
             assert self.open is not None
-            self.tools[position] = self.open
+            self.tools[call.index] = self.open
             self.arguments[self.open] = ""
-        index = self.tools[position]
-        piece = function.get("arguments")
-        if isinstance(piece, str) and piece:
-            self.arguments[index] += piece
+        index = self.tools[call.index]
+        if call.arguments:
+            self.arguments[index] += call.arguments
             if self.items[index]["type"] == "function_call" and index == self.open:
                 events.append(self._event("response.function_call_arguments.delta", {
-                    "item_id": self.items[index]["id"], "output_index": index, "delta": piece}))
+                    "item_id": self.items[index]["id"], "output_index": index, "delta": call.arguments}))
         return events
 
     def _open(self, item: dict) -> list[bytes]:
@@ -168,8 +162,8 @@ class ResponsesEvents(OpenAIEvents):
             response = event["response"]
             if not response.get("output") and self.items:
                 response["output"] = list(self.items)  # never an empty output after items were streamed
-            if "cost" in self.usage and isinstance(response.get("usage"), dict):
-                response["usage"] = {**response["usage"], "cost": self.usage["cost"]}
+            if self.cost is not None and isinstance(response.get("usage"), dict):
+                response["usage"] = {**response["usage"], "cost": self.cost}
             self.dialect.final = response
         event.pop("sequence_number", None)
         return self._event(kind, event)
@@ -187,12 +181,10 @@ class ResponsesEvents(OpenAIEvents):
         return b"".join(events)
 
     def _usage(self) -> dict | None:
-        if not self.usage:
+        if self.usage is None:
             return None
-        usage = response_usage(Usage.from_chat(self.usage))  # the metered counts
-        if "cost" in self.usage:
-            usage["cost"] = self.usage["cost"]
-        return usage
+        usage = response_usage(self.usage)
+        return usage if self.cost is None else {**usage, "cost": self.cost}
 
     def end(self) -> bytes:
         if self.passed_through:

@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gateway.conversation import StopReason, ToolCall, Usage
+from gateway.conversation import Delta, StopReason, StreamPiece, ToolCall, ToolCallDelta, Usage
 from gateway.upstream.shapes import Malformed, tokens_reported, tool_call_id
 
 # Anthropic's stop reasons as the neutral ones, and the neutral ones as Anthropic's (gateway.messages answers
@@ -130,12 +130,11 @@ class StreamTranslation:
         self.opened = False
         self.done = False
 
-    def chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    def chunk(self, delta: Delta) -> dict[str, Any]:
         if not self.opened:
-            delta = {"role": "assistant", **delta}
+            delta = replace(delta, role="assistant")
             self.opened = True
-        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+        return StreamPiece((delta,), id=self.id, model=self.model, created=self.created).to_chunk()
 
     def count(self, counts: Any) -> None:
         if isinstance(counts, dict):
@@ -149,41 +148,42 @@ class StreamTranslation:
                 raise malformed("stream event")
             self.id = _completion_id(message.get("id"))
             self.count(message.get("usage"))
-            return self.chunk({})  # the role: held back until the first content (the commit point)
+            return self.chunk(Delta())  # the role: held back until the first content (the commit point)
         if kind == "content_block_start":
             block, index = event.get("content_block"), event.get("index")
             if not isinstance(block, dict) or type(index) is not int:
                 raise malformed("stream event")
             if block.get("type") == "tool_use":
-                self.blocks[index] = _Block("tool_use", self.calls)
-                self.calls += 1
+                position, self.calls = self.calls, self.calls + 1
+                self.blocks[index] = _Block("tool_use", position)
                 # The block opens with its input empty; the input follows in input_json_delta pieces.
-                call = replace(tool_call({**block, "input": {}}, malformed), arguments="")
-                return self.chunk({"tool_calls": [call.to_chat(self.blocks[index].call)]})
+                call = tool_call({**block, "input": {}}, malformed)
+                return self.chunk(Delta(tool_calls=(ToolCallDelta(position, call.id, call.name),)))
             self.blocks[index] = _Block(str(block.get("type")))
             if block.get("type") == "text" and isinstance(block.get("text"), str) and block["text"]:
-                return self.chunk({"content": block["text"]})
+                return self.chunk(Delta(text=block["text"]))
             return None
         if kind == CONTENT_DELTA:
             delta, block = event.get("delta"), self.blocks.get(event.get("index"))
             if not isinstance(delta, dict) or block is None:
                 raise malformed("stream event")
             if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str) and delta["text"]:
-                return self.chunk({"content": delta["text"]})
-            if delta.get("type") == "input_json_delta" and block.call is not None and delta.get("partial_json"):
-                return self.chunk({"tool_calls": [{"index": block.call,
-                                                   "function": {"arguments": delta["partial_json"]}}]})
+                return self.chunk(Delta(text=delta["text"]))
+            piece = delta.get("partial_json")
+            if delta.get("type") == "input_json_delta" and block.call is not None and isinstance(piece, str) and piece:
+                return self.chunk(Delta(tool_calls=(ToolCallDelta(block.call, arguments=piece),)))
             return None  # thinking, signatures, citations: not part of OpenAI's answer
         if kind == "message_delta":
             self.count(event.get("usage"))
             delta = event.get("delta")
             if not isinstance(delta, dict):
                 delta = {}
-            return self.chunk({}, finish_reason(delta.get("stop_reason") or "end_turn", self.calls > 0))
+            finish = finish_reason(delta.get("stop_reason") or "end_turn", self.calls > 0)
+            return self.chunk(Delta(finish=StopReason(finish or StopReason.STOP)))
         if kind == "message_stop":
             self.done = True
         return None  # ping, content_block_stop, and event types added after this was written
 
     def usage_chunk(self) -> dict[str, Any]:
-        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                "choices": [], "usage": usage(self.counts).to_chat()}
+        return StreamPiece(usage=usage(self.counts), id=self.id, model=self.model,
+                           created=self.created).to_chunk()

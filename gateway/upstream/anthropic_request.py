@@ -5,7 +5,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from gateway.conversation import (
+from gateway.conversation_request import (
     FilePart,
     ImagePart,
     Part,

@@ -12,7 +12,8 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
-from gateway.conversation import StopReason, ToolCall, ToolResult, Usage
+from gateway.conversation import Delta, StopReason, StreamPiece, ToolCall, ToolCallDelta, Usage
+from gateway.conversation_request import ToolResult
 from gateway.upstream.shapes import Malformed, tokens_reported, tool_call_id
 from utils_app.errors import UpstreamRejected
 
@@ -136,9 +137,10 @@ def function_response_part(name: str, result: ToolResult) -> dict[str, Any]:
                                  "response": value if isinstance(value, dict) else {"output": result.content}}}
 
 
-def read_parts(candidate: dict[str, Any], malformed: Malformed) -> tuple[list[str], list[dict[str, Any]]]:
-    """The answer's text pieces and function calls, these as chat's tool_calls entries, each with its
-    thought signature under SIGNATURE_KEY as Gemini sent it (thought summaries left out)."""
+def read_parts(candidate: dict[str, Any],
+               malformed: Malformed) -> tuple[list[str], list[tuple[ToolCall, dict[str, Any] | None]]]:
+    """The answer's text pieces and function calls, each call with the extra_content chat carries beside it:
+    its thought signature under SIGNATURE_KEY as Gemini sent it, else None (thought summaries left out)."""
     content = candidate.get("content") or {}
     parts = content.get("parts") if isinstance(content, dict) else None
     if parts is None:
@@ -152,10 +154,9 @@ def read_parts(candidate: dict[str, Any], malformed: Malformed) -> tuple[list[st
         if isinstance(part.get("text"), str) and not part.get("thought"):
             texts.append(part["text"])
         elif "functionCall" in part:
-            found = tool_call(part["functionCall"], malformed).to_chat()
-            if isinstance(part.get("thoughtSignature"), str):
-                found["extra_content"] = {SIGNATURE_KEY: {"thought_signature": part["thoughtSignature"]}}
-            calls.append(found)
+            signature = part.get("thoughtSignature")
+            calls.append((tool_call(part["functionCall"], malformed),
+                          {SIGNATURE_KEY: {"thought_signature": signature}} if isinstance(signature, str) else None))
     return texts, calls
 
 
@@ -217,7 +218,8 @@ def completion(body: dict[str, Any], *, model: str, malformed: Malformed) -> dic
         texts, calls = read_parts(candidate, malformed)
         message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
         if calls:
-            message["tool_calls"] = calls
+            message["tool_calls"] = [call.to_chat() if extra is None else {**call.to_chat(), "extra_content": extra}
+                                     for call, extra in calls]
         index = candidate.get("index")
         choices.append({"index": index if type(index) is int else position, "message": message,
                         "logprobs": logprobs(candidate),
@@ -246,7 +248,7 @@ class StreamTranslation:
         self.expected = candidates
         self.id = ""
         self.created = int(time.time())
-        self.usage: dict[str, Any] | None = None
+        self.usage: Usage | None = None  # the last usageMetadata that knew a count
         self.opened: set[int] = set()  # choices whose first chunk (with the role) was sent
         self.calls: dict[int, int] = {}  # choice -> tool calls sent so far (the next call's index)
         self.finished: set[int] = set()
@@ -264,8 +266,8 @@ class StreamTranslation:
         if rejected:
             raise rejected
         self.id = self.id or completion_id(event)
-        counted = usage(event.get("usageMetadata")).to_chat()
-        if counted:
+        counted = usage(event.get("usageMetadata"))
+        if counted.to_chat():
             self.usage = counted
         choices = []
         for position, candidate in enumerate(_candidates(event, malformed)):
@@ -273,32 +275,28 @@ class StreamTranslation:
             if type(index) is not int:
                 index = position
             texts, calls = read_parts(candidate, malformed)
-            delta: dict[str, Any] = {}
-            if index not in self.opened:
-                delta["role"] = "assistant"
-            if texts and "".join(texts):
-                delta["content"] = "".join(texts)
+            first = self.calls.get(index, 0)
+            pieces = tuple(ToolCallDelta(first + offset, call.id, call.name, call.arguments, extra)
+                           for offset, (call, extra) in enumerate(calls))
             if calls:
-                first = self.calls.get(index, 0)
-                delta["tool_calls"] = [{"index": first + offset, **call} for offset, call in enumerate(calls)]
                 self.calls[index] = first + len(calls)
             reason = candidate.get("finishReason")
             finish = finish_reason(reason, index in self.calls) if reason else None
-            if not delta.keys() - {"role"} and finish is None:
+            if not ("".join(texts) or pieces) and finish is None:
                 continue  # nothing to say yet (an empty text or a thought summary)
+            choices.append(Delta(index, None if index in self.opened else "assistant", "".join(texts) or None,
+                                 pieces, StopReason(finish) if finish else None, logprobs(candidate)))
             self.opened.add(index)
             if finish:
                 self.finished.add(index)
-            choices.append({"index": index, "delta": delta, "logprobs": logprobs(candidate),
-                            "finish_reason": finish})
-        if not choices:
-            return None
-        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                "choices": choices}
+        return self.piece(choices) if choices else None
+
+    def piece(self, choices: list[Delta]) -> dict[str, Any]:
+        """A chunk of these choices' pieces (none: one that carries only what the stream passes beside it)."""
+        return StreamPiece(tuple(choices), id=self.id, model=self.model, created=self.created).to_chunk()
 
     def usage_chunk(self) -> dict[str, Any]:
-        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                "choices": [], "usage": self.usage}
+        return StreamPiece(usage=self.usage, id=self.id, model=self.model, created=self.created).to_chunk()
 
 
 # ---------------------------------------------------------------- embeddings

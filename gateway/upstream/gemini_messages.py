@@ -4,7 +4,16 @@ gateway.upstream.gemini_answer beside its reverse, a function call with its thou
 from collections.abc import Callable
 from typing import Any
 
-from gateway.conversation import AudioPart, FilePart, ImagePart, Part, RefusalPart, TextPart, ToolResult, part_from_chat
+from gateway.conversation_request import (
+    AudioPart,
+    FilePart,
+    ImagePart,
+    Part,
+    RefusalPart,
+    TextPart,
+    ToolResult,
+    part_from_chat,
+)
 from gateway.upstream.gemini_answer import function_response_part, request_function_call_part
 from gateway.upstream.shapes import assistant_tool_calls, data_url, part_unsupported, user_part
 from utils_app.errors import InvalidRequest

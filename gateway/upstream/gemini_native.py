@@ -55,9 +55,7 @@ def _native_chunks(adapter: GeminiAdapter, events: EventStream, *, candidates: i
             raise adapter.transport.malformed("stream event")
         if "error" in event:
             raise adapter._stream_error(event, data)
-        chunk = stream.translate(event, malformed=adapter.transport.malformed) or {
-            "id": stream.id, "object": "chat.completion.chunk", "created": stream.created, "model": stream.model,
-            "choices": []}
+        chunk = stream.translate(event, malformed=adapter.transport.malformed) or stream.piece([])
         counted = usage(event.get("usageMetadata")).to_chat()
         if counted:
             chunk["usage"] = counted

@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from gateway.conversation import Tool, ToolChoice, ToolMode
+from gateway.conversation_request import Tool, ToolChoice, ToolMode
 from gateway.json_schemas import MAX_DEPTH, Schema, SchemaWalk
 from gateway.upstream.gemini_messages import conversation
 from gateway.upstream.honour import REFUSALS, SERVER_FEATURES, name_left_out, refuse_audio_output, thinking_budget

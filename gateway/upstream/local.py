@@ -18,7 +18,8 @@ from dataclasses import replace
 from typing import Any
 
 from gateway import local_media, local_models
-from gateway.conversation import Tool, ToolChoice, Usage
+from gateway.conversation import Usage
+from gateway.conversation_request import Tool, ToolChoice
 from gateway.media_serializers import IMAGE_DEFAULTS, SPEECH_DEFAULTS, image_dimensions
 from gateway.tokens import count_tokens
 from gateway.upstream import register

@@ -4,10 +4,10 @@ import base64
 import json
 from urllib.parse import quote
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from typing import Any, TypeVar
 
-from gateway.conversation import PassedThrough, StopReason, ToolCall, Usage, token_count
+from gateway.conversation import (Delta, PassedThrough, StopReason, StreamPiece, ToolCall, ToolCallDelta, Usage,
+                                  token_count)
 from gateway.media_serializers import SPEECH_DEFAULTS
 from gateway.upstream import register
 from gateway.upstream.base import HttpAdapter
@@ -312,26 +312,24 @@ def responses_completion(response: dict[str, Any]) -> dict[str, Any]:
 
 
 def response_event_chunk(event: dict[str, Any]) -> dict[str, Any]:
-    """What one Responses stream event says to the metering, as a chat chunk: text as content, a tool call
-    as it opens, the end with its finish reason and usage; nothing for the others."""
-    kind = event["type"]
-    delta: dict[str, Any] = {}
+    """What one Responses stream event says to the metering, as a chat chunk (``StreamPiece``'s brief one):
+    text as content, a tool call as it opens, the end with its finish reason and usage; nothing for the
+    others."""
+    kind, delta = event["type"], Delta()
     if kind == "response.output_text.delta" and isinstance(event.get("delta"), str):
-        delta = {"content": event["delta"]}
+        delta = Delta(text=event["delta"])
     elif kind == "response.output_item.added" and isinstance(event.get("item"), dict) \
             and event["item"].get("type") in ("function_call", "custom_tool_call"):
-        item = event["item"]
-        index = event.get("output_index") if type(event.get("output_index")) is int else 0
+        call = response_tool_call(event["item"])
+        index = event["output_index"] if type(event.get("output_index")) is int else 0
         # The item opens with its arguments empty; they follow in function_call_arguments events.
-        delta = {"tool_calls": [replace(response_tool_call(item), arguments="").to_chat(index)]}
+        delta = Delta(tool_calls=(ToolCallDelta(index, call.id, call.name),))
     elif kind in ("response.completed", "response.incomplete"):
         found = event.get("response")
         response: dict[str, Any] = found if isinstance(found, dict) else {}
         output: list[Any] = response["output"] if isinstance(response.get("output"), list) else []
         translated = responses_completion({**response, "output": [item for item in output if isinstance(item, dict)]})
-        chunk: dict[str, Any] = {"choices": [{"index": 0, "delta": {},
-                                              "finish_reason": translated["choices"][0]["finish_reason"]}]}
-        if "usage" in translated:
-            chunk["usage"] = translated["usage"]
-        return chunk
-    return {"choices": [{"index": 0, "delta": delta}] if delta else []}
+        counted = response_counts(response["usage"]) if isinstance(response.get("usage"), dict) else None
+        return StreamPiece((Delta(finish=StopReason(translated["choices"][0]["finish_reason"])),),
+                           counted).to_chunk(brief=True)
+    return StreamPiece((delta,) if delta != Delta() else ()).to_chunk(brief=True)

@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.conversation import Part, PassedThrough, Tool, ToolCall, ToolChoice, content_text, part_from_chat
+from gateway.conversation import PassedThrough, ToolCall
+from gateway.conversation_request import Part, Tool, ToolChoice, content_text, part_from_chat
 from utils_app.errors import InvalidRequest, UnsupportedParameter, UpstreamError
 
 DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)(?:;[^,;]*)*;base64,(?P<data>.*)\Z", re.S)

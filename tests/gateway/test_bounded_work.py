@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from gateway import deployment_health
-from gateway.conversation import Tool
+from gateway.conversation_request import Tool
 from gateway.json_schemas import SchemaWalk
 from gateway.tokens import count_tokens
 from gateway.relay import ChatRelay, ReplyTokens

@@ -1,10 +1,18 @@
-"""A message's content parts in the neutral shape (gateway/conversation.py): each part to chat and back,
+"""A message's content parts in the neutral shape (gateway/conversation_request.py): each part to chat and back,
 each inbound wire's content read into chat's parts by its decoder and written back to the same wire by its
 adapter, each chat part written to each wire, and what a wire cannot carry refused or named, as it was."""
 import pytest
 
-from gateway.conversation import (AudioPart, FilePart, ImagePart, RefusalPart, TextPart, content_from_chat,
-                                  content_to_chat, part_from_chat)
+from gateway.conversation_request import (
+    AudioPart,
+    FilePart,
+    ImagePart,
+    RefusalPart,
+    TextPart,
+    content_from_chat,
+    content_to_chat,
+    part_from_chat,
+)
 from gateway.gemini_api.contents import CallIds
 from gateway.gemini_api.contents import turn_messages as gemini_turn
 from gateway.gemini_api.members import GeminiRequest

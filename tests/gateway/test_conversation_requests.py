@@ -1,11 +1,12 @@
-"""A request's earlier tool calls and their results in the neutral shape (gateway/conversation.py): each
+"""A request's earlier tool calls and their results in the neutral shape (ToolCall, ToolResult): each
 inbound wire's calls and results read into chat's messages by its decoder and written back to the same wire
 by its adapter, each chat call and result written to each wire, each ToolResult to chat and back, and what a
 wire refuses, makes up, leaves out or changes on the way named. The answers' side of the same mappings is
 tests/gateway/test_conversation.py's."""
 import pytest
 
-from gateway.conversation import ToolCall, ToolResult
+from gateway.conversation import ToolCall
+from gateway.conversation_request import ToolResult
 from gateway.gemini_api.contents import CallIds
 from gateway.gemini_api.contents import turn_messages as gemini_turn
 from gateway.gemini_api.members import GeminiRequest

@@ -1,9 +1,9 @@
-"""The tools a request declares and its tool choice in the neutral shape (gateway/conversation.py): each
+"""The tools a request declares and its tool choice in the neutral shape (gateway/conversation_request.py): each
 wire's tools and tool choice read into Tool and ToolChoice and written back to the same wire, each chat tool
 and choice to chat and back and out to each wire, and what a wire cannot carry named."""
 import pytest
 
-from gateway.conversation import Tool, ToolChoice
+from gateway.conversation_request import Tool, ToolChoice
 from gateway.gemini_api.members import GeminiRequest
 from gateway.gemini_api.request import chat_request
 from gateway.messages.request import chat_params as messages_params

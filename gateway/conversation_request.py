@@ -230,17 +230,6 @@ def part_from_chat(part: Any) -> Part | None:
     return None
 
 
-def content_from_chat(content: Any) -> Content | None:
-    """Chat's message content (``content_to_chat`` is its reverse): a string as it is, an array as its
-    parts, a part that cannot be read (``part_from_chat``) left out; None for none. An adapter that
-    refuses such a part reads the parts one by one, to name it."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return None
-    return [part for part in map(part_from_chat, content) if part is not None]
-
-
 def content_to_chat(content: Content | None) -> str | list[dict[str, Any]] | None:
-    """Chat's message content: a string as it is, parts as chat's parts."""
+    """Chat's message content: a string as it is, parts as chat's parts (each read back by ``part_from_chat``)."""
     return content if content is None or isinstance(content, str) else [part.to_chat() for part in content]

@@ -27,10 +27,6 @@ def obj(value: Any) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def index_or(value: Any, default: int) -> int:
-    return value if type(value) is int else default
-
-
 def need(condition: bool, where: str, message: str) -> None:
     if not condition:
         raise InvalidRequest(f"{where}: {message}", param=where)

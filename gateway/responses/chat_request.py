@@ -1,6 +1,6 @@
 """A Responses request translated into a chat request, for the deployments that do not speak the Responses
 API, and the gateway's own count of its input (POST /v1/responses/input_tokens). The Responses API's tools
-and tool choice map to Tool and ToolChoice here, beside their reverse."""
+and tool choice are read into Tool and ToolChoice here (nothing writes them back to that wire)."""
 from dataclasses import replace
 from typing import Any, cast
 
@@ -183,10 +183,9 @@ def chat_tools(tools: list, ignored: list[str]) -> tuple[list[dict], set[str]]:
 
 
 def read_tool(tool: dict) -> Tool:
-    """A function or custom tool of a Responses request, checked already, as a Tool (``tool_item`` is its
-    reverse). A function without parameters takes an empty object; an empty description is none. A custom
-    tool is a function of one string parameter ``input``, its grammar, if any, told to the model in the
-    description."""
+    """A function or custom tool of a Responses request, checked already, as a Tool. A function without
+    parameters takes an empty object; an empty description is none. A custom tool is a function of one
+    string parameter ``input``, its grammar, if any, told to the model in the description."""
     description: str = tool["description"] if isinstance(tool.get("description"), str) else ""
     if tool["type"] == "function":
         strict = tool.get("strict")
@@ -197,19 +196,6 @@ def read_tool(tool: dict) -> Tool:
         description += (f"\n\nThe input must follow this {grammar.get('syntax') or 'lark'} grammar:\n"
                         f"{grammar['definition']}")
     return Tool(name=tool["name"], parameters=CUSTOM_INPUT, description=description or None)
-
-
-def tool_item(tool: Tool) -> dict:
-    """A Tool as the Responses API's function tool (``read_tool`` is its reverse); a custom tool's grammar
-    is not carried back (it is part of the description)."""
-    item: dict[str, Any] = {"type": "function", "name": tool.name}
-    if tool.description:
-        item["description"] = tool.description
-    if tool.parameters is not None:
-        item["parameters"] = tool.parameters
-    if tool.strict is not None:
-        item["strict"] = tool.strict
-    return item
 
 
 def _tool_choice(choice: Any, ignored: list[str]) -> ToolChoice | None:
@@ -226,9 +212,9 @@ def _tool_choice(choice: Any, ignored: list[str]) -> ToolChoice | None:
 
 
 def read_tool_choice(choice: Any) -> ToolChoice | None:
-    """The Responses API's tool_choice, checked already, as a ToolChoice (``tool_choice_item`` is its
-    reverse): a custom tool forced is its function forced; allowed_tools the names of its tools. None for
-    a built-in tool forced, which a chat upstream has none of."""
+    """The Responses API's tool_choice, checked already, as a ToolChoice: a custom tool forced is its
+    function forced; allowed_tools the names of its tools. None for a built-in tool forced, which a chat
+    upstream has none of."""
     if isinstance(choice, str):
         return ToolChoice(mode=cast(ToolMode, choice))  # checked: auto, none or required
     if choice["type"] in ("function", "custom"):
@@ -237,16 +223,6 @@ def read_tool_choice(choice: Any) -> ToolChoice | None:
         return ToolChoice(mode=choice["mode"], allowed=tuple(
             tool["name"] for tool in choice["tools"] if isinstance(tool, dict) and isinstance(tool.get("name"), str)))
     return None
-
-
-def tool_choice_item(choice: ToolChoice) -> Any:
-    """A ToolChoice as the Responses API's tool_choice (``read_tool_choice`` is its reverse)."""
-    if choice.forced is not None:
-        return {"type": "function", "name": choice.forced}
-    if choice.allowed is not None:
-        return {"type": "allowed_tools", "mode": choice.mode,
-                "tools": [{"type": "function", "name": name} for name in choice.allowed]}
-    return choice.mode
 
 
 def input_tokens(*, key: ApiKey, body: dict) -> int:

@@ -77,10 +77,12 @@ def tool_call(block: dict[str, Any], malformed: Malformed) -> ToolCall:
                     name=block["name"], arguments=json.dumps(block.get("input") or {}, ensure_ascii=False))
 
 
-def tool_use(call: ToolCall) -> dict[str, Any]:
+def tool_use(call: ToolCall, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
     """The neutral tool call as a tool_use block (``tool_call`` is its reverse): an id not given is made up,
-    the input is the arguments' object ({} when they are empty, do not parse or are not an object)."""
-    return {"type": "tool_use", "id": call.id or tool_call_id(), "name": call.name, "input": call.arguments_object()}
+    the input is the arguments' object ({} when they are empty, do not parse or are not an object), or
+    ``arguments`` when the caller has parsed them already."""
+    return {"type": "tool_use", "id": call.id or tool_call_id(), "name": call.name,
+            "input": call.arguments_object() if arguments is None else arguments}
 
 
 def _completion_id(message_id: Any) -> str:

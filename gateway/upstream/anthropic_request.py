@@ -224,8 +224,8 @@ def conversation(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], 
         elif role == "assistant":
             blocks = _blocks(message.get("content"), where)
             # The answers' tool_use blocks, each id made one Anthropic takes, as its result's is (tool_id).
-            blocks.extend(tool_use(replace(call, id=tool_id(call.id)))
-                          for call, _ in assistant_tool_calls(message, where))
+            blocks.extend(tool_use(replace(call, id=tool_id(call.id)), arguments)
+                          for call, arguments, _ in assistant_tool_calls(message, where))
             _add(turns, "assistant", blocks)
         else:
             _add(turns, "user", _blocks(message.get("content"), where, user=True))

@@ -90,23 +90,23 @@ def tool_call(call: Any, malformed: Malformed) -> ToolCall:
                     name=call["name"], arguments=json.dumps(args, ensure_ascii=False))
 
 
-def function_call_part(call: ToolCall) -> dict[str, Any]:
+def function_call_part(call: ToolCall, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
     """The neutral tool call as a functionCall part (``tool_call`` is its reverse): args are the arguments'
-    object ({} when they are empty, do not parse or are not an object); an id not given is left out, as
-    Gemini leaves it out, not made up."""
-    found: dict[str, Any] = {"name": call.name, "args": call.arguments_object()}
+    object ({} when they are empty, do not parse or are not an object), or ``arguments`` when the caller has
+    parsed them already; an id not given is left out, as Gemini leaves it out, not made up."""
+    found: dict[str, Any] = {"name": call.name, "args": call.arguments_object() if arguments is None else arguments}
     if call.id:
         found["id"] = call.id
     return {"functionCall": found}
 
 
-def request_function_call_part(call: ToolCall, entry: Any) -> dict[str, Any]:
+def request_function_call_part(call: ToolCall, arguments: dict[str, Any], entry: Any) -> dict[str, Any]:
     """An earlier turn's tool call as the functionCall part a request sends back: ``function_call_part``'s
     without the id, as the functionResponse part answering it goes without one (Google pairs the two by
     name and position), and with the thought signature Gemini gave the call, which the chat ``entry`` the
     call was read from carries under SIGNATURE_KEY as ``read_parts`` put it there: a Gemini 3 model wants
     it back."""
-    part = function_call_part(replace(call, id=""))
+    part = function_call_part(replace(call, id=""), arguments)
     extra = entry.get("extra_content") if isinstance(entry, dict) else None
     ours = extra.get(SIGNATURE_KEY) if isinstance(extra, dict) else None
     signature = ours.get("thought_signature") if isinstance(ours, dict) else None  # no other shape is Gemini's

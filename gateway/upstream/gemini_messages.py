@@ -59,10 +59,10 @@ def conversation(messages: list[dict[str, Any]],
         elif role == "assistant":
             flush_results()
             parts = _parts(message.get("content"), where)
-            for position, (tool_call, entry) in enumerate(assistant_tool_calls(message, where)):
+            for position, (tool_call, arguments, entry) in enumerate(assistant_tool_calls(message, where)):
                 if tool_call.id:
                     calls[tool_call.id] = (tool_call.name, position)
-                parts.append(request_function_call_part(tool_call, entry))
+                parts.append(request_function_call_part(tool_call, arguments, entry))
             _add(contents, "model", parts)
         else:
             flush_results()

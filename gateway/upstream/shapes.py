@@ -156,11 +156,12 @@ def function_choice(choice: Any) -> ToolChoice:
     return found
 
 
-def assistant_tool_calls(message: dict[str, Any], where: str) -> list[tuple[ToolCall, Any]]:
+def assistant_tool_calls(message: dict[str, Any], where: str) -> list[tuple[ToolCall, dict[str, Any], Any]]:
     """An assistant message's earlier tool calls (and the older single function_call, last) as neutral tool
-    calls, for an adapter that sends their arguments as an object, each beside the chat entry it was read
-    from (Gemini's thought signature rides on it). A function without a string name, or arguments that are
-    not a JSON object (empty ones read as {}), are refused, naming the call by its position."""
+    calls, for an adapter that sends their arguments as an object: each with that object, parsed here once,
+    and the chat entry it was read from (Gemini's thought signature rides on it). A function without a
+    string name, or arguments that are not a JSON object (empty ones read as {}), are refused, naming the
+    call by its position."""
     entries = list(message.get("tool_calls") or ())
     if message.get("function_call"):
         entries.append({"function": message["function_call"]})
@@ -178,5 +179,5 @@ def assistant_tool_calls(message: dict[str, Any], where: str) -> list[tuple[Tool
         if not isinstance(args, dict):
             raise InvalidRequest(f"{where_call}.function.arguments must be a JSON object, as the model sent it.",
                                  param=f"{where_call}.function.arguments")
-        calls.append((call, entry))
+        calls.append((call, args, entry))
     return calls

@@ -47,8 +47,8 @@ def test_a_chat_tool_results_parts_are_its_text_and_an_id_not_a_string_is_not_gi
 def test_an_assistant_turns_calls_are_read_with_its_older_function_call_last():
     message = {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function", "function": {
         "name": "f", "arguments": '{"a": 1}'}}], "function_call": {"name": "g", "arguments": {"b": "é"}}}
-    assert [call for call, _ in assistant_tool_calls(message, "messages.1")] == \
-        [ToolCall("call_1", "f", '{"a": 1}'), ToolCall("", "g", '{"b": "é"}')]
+    assert [(call, arguments) for call, arguments, _ in assistant_tool_calls(message, "messages.1")] == \
+        [(ToolCall("call_1", "f", '{"a": 1}'), {"a": 1}), (ToolCall("", "g", '{"b": "é"}'), {"b": "é"})]
 
 
 @pytest.mark.parametrize(("function", "param"), [({"arguments": "{}"}, "messages.1.tool_calls.0.function"),

@@ -275,6 +275,7 @@ class StreamTranslation:
             if type(index) is not int:
                 index = position
             texts, calls = read_parts(candidate, malformed)
+            text = "".join(texts)
             first = self.calls.get(index, 0)
             pieces = tuple(ToolCallDelta(first + offset, call.id, call.name, call.arguments, extra)
                            for offset, (call, extra) in enumerate(calls))
@@ -282,9 +283,9 @@ class StreamTranslation:
                 self.calls[index] = first + len(calls)
             reason = candidate.get("finishReason")
             finish = finish_reason(reason, index in self.calls) if reason else None
-            if not ("".join(texts) or pieces) and finish is None:
+            if not (text or pieces) and finish is None:
                 continue  # nothing to say yet (an empty text or a thought summary)
-            choices.append(Delta(index, None if index in self.opened else "assistant", "".join(texts) or None,
+            choices.append(Delta(index, None if index in self.opened else "assistant", text or None,
                                  pieces, StopReason(finish) if finish else None, logprobs(candidate)))
             self.opened.add(index)
             if finish:

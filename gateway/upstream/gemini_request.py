@@ -141,6 +141,7 @@ def declaration(tool: Tool, index: int, walk: SchemaWalk | None = None) -> dict[
 
 # Gemini's functionCallingConfig modes and the modes they are (VALIDATED and MODE_UNSPECIFIED are AUTO's).
 CALLING_MODES: dict[str, ToolMode] = {"AUTO": "auto", "ANY": "required", "NONE": "none"}
+CALLING_TYPES = {mode: kind for kind, mode in CALLING_MODES.items()}
 
 
 def read_calling_config(mode: str, allowed: list[str]) -> ToolChoice:
@@ -157,7 +158,7 @@ def calling_config(choice: ToolChoice) -> dict[str, Any]:
     required, or one named function (``function_choice`` refuses allowed_tools)."""
     if choice.forced is not None:
         return {"mode": "ANY", "allowedFunctionNames": [choice.forced]}
-    return {"mode": {mode: kind for kind, mode in CALLING_MODES.items()}[choice.mode]}
+    return {"mode": CALLING_TYPES[choice.mode]}
 
 
 # -- JSON Schemas

@@ -14,7 +14,7 @@ what still travels as a dict is in docs/architecture.md ("One conversation shape
 """
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, Self
 
@@ -89,17 +89,21 @@ class ToolCall:
     assistant turns). ``arguments`` is the JSON text chat carries, as the model wrote it: it may be empty, or
     not parse, or parse to something other than an object, and it goes out to chat unchanged; a wire that
     wants an object reads ``arguments_object``. An ``id`` of "" is one the answer (or the request) did not
-    give: each wire's mapping says whether it makes one up or leaves it out."""
+    give: each wire's mapping says whether it makes one up or leaves it out. ``extra_content`` is what a
+    provider sent beside the call (Gemini's thought signature, under its own key), carried back with it in
+    a later request's assistant turn; None when there is none."""
 
     id: str
     name: str
     arguments: str
+    extra_content: dict[str, Any] | None = field(default=None, hash=False)
 
     @classmethod
     def from_chat(cls, entry: Any) -> Self:
         """Chat's tool_calls entry (``to_chat`` is its reverse). An id or a name that is not a string reads
         as "" (not given); arguments sent as a JSON value instead of its text (some OpenAI-compatible
-        servers send an object) read as that value's JSON text, and none (or an empty value) as ""."""
+        servers send an object) read as that value's JSON text, and none (or an empty value) as "";
+        extra_content that is not an object as none."""
         found: dict[str, Any] = entry if isinstance(entry, dict) else {}
         function = found.get("function")
         if not isinstance(function, dict):
@@ -107,13 +111,18 @@ class ToolCall:
         arguments = function.get("arguments")
         if not isinstance(arguments, str):
             arguments = json.dumps(arguments, ensure_ascii=False) if arguments else ""
+        extra = found.get("extra_content")
         return cls(id=found["id"] if isinstance(found.get("id"), str) else "",
-                   name=function["name"] if isinstance(function.get("name"), str) else "", arguments=arguments)
+                   name=function["name"] if isinstance(function.get("name"), str) else "", arguments=arguments,
+                   extra_content=extra if isinstance(extra, dict) else None)
 
     def to_chat(self, index: int | None = None) -> dict[str, Any]:
-        """Chat's tool_calls entry; with ``index`` a streamed delta's, which names the call it adds to."""
+        """Chat's tool_calls entry (its extra_content last, when there is one); with ``index`` a streamed
+        delta's, which names the call it adds to."""
         entry: dict[str, Any] = {} if index is None else {"index": index}
         entry.update(id=self.id, type="function", function={"name": self.name, "arguments": self.arguments})
+        if self.extra_content is not None:
+            entry["extra_content"] = self.extra_content
         return entry
 
     def arguments_object(self) -> dict[str, Any]:
@@ -140,17 +149,16 @@ class ToolCallDelta:
 
     @classmethod
     def from_chat(cls, entry: dict[str, Any]) -> Self:
-        function, extra, call = entry.get("function"), entry.get("extra_content"), ToolCall.from_chat(entry)
+        function, call = entry.get("function"), ToolCall.from_chat(entry)
         pieces = function.get("arguments") if isinstance(function, dict) else None
         return cls(entry["index"] if type(entry.get("index")) is int else 0, call.id, call.name,
-                   pieces if isinstance(pieces, str) else "", extra if isinstance(extra, dict) else None)
+                   pieces if isinstance(pieces, str) else "", call.extra_content)
 
     def to_chat(self) -> dict[str, Any]:
         """An opening piece (one with an id) as ``ToolCall.to_chat`` writes it, a later one as its arguments."""
         if not self.id:
             return {"index": self.index, "function": {"arguments": self.arguments}}
-        entry = ToolCall(self.id, self.name, self.arguments).to_chat(self.index)
-        return entry if self.extra_content is None else {**entry, "extra_content": self.extra_content}
+        return ToolCall(self.id, self.name, self.arguments, self.extra_content).to_chat(self.index)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
-"""A request's side of the gateway's conversation shape (gateway.conversation has an answer's): a
-message's content parts (text, a refusal, an image, audio, a file), a tool's result, the tools a request
-declares and its tool choice, each read from and written to chat's with from_chat and to_chat.
+"""A request's side of the gateway's conversation shape (gateway.conversation has an answer's): its
+messages and their content parts (text, a refusal, an image, audio, a file), a tool's result, the tools a
+request declares and its tool choice, each read from and written to chat's with from_chat and to_chat.
 
 Each wire maps to and from these beside its reverse: Anthropic's content blocks, tool results, tools and
 tool_choice in gateway.upstream.anthropic_request, Gemini's parts in gateway.upstream.gemini_messages and
@@ -10,6 +10,8 @@ tool_choice in gateway.responses.chat_request.
 """
 from dataclasses import dataclass
 from typing import Any, Literal, Self
+
+from gateway.conversation import ToolCall
 
 
 def content_text(content: Any) -> str:
@@ -187,9 +189,20 @@ class FilePart:
         return {"type": "file", "file": {name: value for name, value in found.items() if value is not None}}
 
 
+@dataclass(frozen=True, slots=True)
+class OtherPart:
+    """A chat content part none of the above: of a type no other wire has, or without what its type needs (an
+    image without a URL). Carried as it came, for an adapter to refuse naming it (``raw`` is its object)."""
+
+    raw: dict[str, Any]
+
+    def to_chat(self) -> dict[str, Any]:
+        return self.raw
+
+
 Part = TextPart | RefusalPart | ImagePart | AudioPart | FilePart
-# A message's content: a string, or its parts.
-Content = str | list[Part]
+# A message's content: a string, or its parts (an OtherPart among them only as read from chat).
+Content = str | list[Part] | list[Part | OtherPart]
 
 
 def _text(value: Any) -> str:
@@ -233,3 +246,65 @@ def part_from_chat(part: Any) -> Part | None:
 def content_to_chat(content: Content | None) -> str | list[dict[str, Any]] | None:
     """Chat's message content: a string as it is, parts as chat's parts (each read back by ``part_from_chat``)."""
     return content if content is None or isinstance(content, str) else [part.to_chat() for part in content]
+
+
+def content_from_chat(content: Any) -> str | list[Part | OtherPart] | None:
+    """A chat message's content (``content_to_chat`` is its reverse): a string as it is, each part of an array
+    as its Part (``part_from_chat``) or, when it is none, an OtherPart; anything else as None (no content)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return None
+    return [part_from_chat(found) or OtherPart(found if isinstance(found, dict) else {}) for found in content]
+
+
+# Who speaks a message (a tool's result is a ToolResult).
+Role = Literal["system", "developer", "user", "assistant"]
+ROLES: tuple[Role, ...] = ("system", "developer", "user", "assistant")
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A message of a conversation other than a tool's result: who speaks (``role``), what it says
+    (``content``: a string, its parts, or None, as an assistant message that only calls tools may have), and
+    an assistant's tool calls. Chat's message members no other wire has (a participant's name, an earlier
+    answer's audio) are not carried."""
+
+    role: Role
+    content: Content | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+
+    @classmethod
+    def from_chat(cls, message: dict[str, Any]) -> Self:
+        """Chat's message of a role in ROLES, checked already by chat's validation (``to_chat`` is its
+        reverse): its content (``content_from_chat``), an assistant's tool_calls, and the older single
+        function_call after them as a call without an id. A role of another kind reads as user."""
+        role = message.get("role")
+        calls = [ToolCall.from_chat(entry) for entry in message.get("tool_calls") or ()]
+        if message.get("function_call"):
+            calls.append(ToolCall.from_chat({"function": message["function_call"]}))
+        return cls(role=role if role in ROLES else "user", content=content_from_chat(message.get("content")),
+                   tool_calls=tuple(calls))
+
+    def to_chat(self) -> dict[str, Any]:
+        """Chat's message: role, content, and tool_calls when there are any."""
+        found: dict[str, Any] = {"role": self.role, "content": content_to_chat(self.content)}
+        if self.tool_calls:
+            found["tool_calls"] = [call.to_chat() for call in self.tool_calls]
+        return found
+
+
+# One entry of a conversation: a message, or the result of a tool an earlier message called.
+Turn = Message | ToolResult
+
+
+def conversation_from_chat(messages: list[dict[str, Any]]) -> list[Turn]:
+    """Chat's messages, checked already, as the conversation's turns (``conversation_to_chat`` is its
+    reverse): a tool message as a ToolResult, any other as a Message."""
+    return [ToolResult.from_chat(message) if message.get("role") == "tool" else Message.from_chat(message)
+            for message in messages]
+
+
+def conversation_to_chat(turns: list[Turn]) -> list[dict[str, Any]]:
+    """Chat's messages for the conversation's turns."""
+    return [turn.to_chat() for turn in turns]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.conversation import PassedThrough, ToolCall
-from gateway.conversation_request import Part, Tool, ToolChoice, content_text, part_from_chat
+from gateway.conversation_request import Message, OtherPart, Part, Tool, ToolChoice, content_text, part_from_chat
 from utils_app.errors import InvalidRequest, UnsupportedParameter, UpstreamError
 
 DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)(?:;[^,;]*)*;base64,(?P<data>.*)\Z", re.S)
@@ -124,6 +124,14 @@ def user_part(found: dict[str, Any], where: str) -> Part | None:
     return part
 
 
+def checked_user_part(part: Part | OtherPart, where: str) -> Part | OtherPart:
+    """A part of a user message as the translating adapters take it: an image without a URL (an OtherPart of
+    type image_url) is a 400 naming it; any other part as it is, for the adapter to map or refuse."""
+    if isinstance(part, OtherPart) and part.raw.get("type") == "image_url":
+        raise InvalidRequest(f"{where}.image_url needs a url.", param=f"{where}.image_url")
+    return part
+
+
 def part_unsupported(part: dict[str, Any], where: str) -> UnsupportedParameter:
     """The error for a chat content part an adapter's wire has no place for (a file by its id, say)."""
     what = "file parts by file_id" if part.get("type") == "file" else f"content parts of type {part.get('type')!r}"
@@ -154,6 +162,26 @@ def function_choice(choice: Any) -> ToolChoice:
                                    "{\"type\": \"function\", \"function\": {\"name\": …}} for this model.",
                                    param="tool_choice")
     return found
+
+
+def call_arguments(message: Message, where: str) -> list[tuple[ToolCall, dict[str, Any]]]:
+    """An assistant message's earlier tool calls, for an adapter that sends their arguments as an object: each
+    with that object, parsed here once (empty arguments read as {}). A call without a name, or arguments
+    that are not a JSON object, are refused, naming the call by its position."""
+    calls = []
+    for position, call in enumerate(message.tool_calls):
+        where_call = f"{where}.tool_calls.{position}"
+        if not call.name:
+            raise InvalidRequest(f"{where_call}.function needs a name.", param=f"{where_call}.function")
+        try:
+            args = json.loads(call.arguments) if call.arguments else {}
+        except ValueError:
+            args = None
+        if not isinstance(args, dict):
+            raise InvalidRequest(f"{where_call}.function.arguments must be a JSON object, as the model sent it.",
+                                 param=f"{where_call}.function.arguments")
+        calls.append((call, args))
+    return calls
 
 
 def assistant_tool_calls(message: dict[str, Any], where: str) -> list[tuple[ToolCall, dict[str, Any], Any]]:

@@ -111,3 +111,13 @@ _JSON = JSONRenderer()  # DRF's renderer, as the views' negotiation picks it (pl
 def rendered(body: dict) -> bytes:
     """A JSON body as the response carries it (gateway.views.respond renders with this too)."""
     return _JSON.render(body)
+
+
+def stored(answer, headers: dict) -> dict:
+    """What a retry is answered with (``keep_answer``'s headers and body): a relayed stream's bytes, an
+    operation's raw content (audio), or its JSON body as rendered; the headers with the content type."""
+    if isinstance(answer, bytes):
+        return {"headers": {**headers, "Content-Type": "text/event-stream; charset=utf-8"}, "body": answer}
+    if answer.content is not None:
+        return {"headers": {**headers, "Content-Type": answer.content_type}, "body": answer.content}
+    return {"headers": {**headers, "Content-Type": "application/json"}, "body": rendered(answer.body)}

@@ -33,24 +33,19 @@ from gateway.upstream.transport import Deadline
 from keys import auth_cache
 from keys.models import ApiKey
 from keys.pricing import TokenPrices
-from models_catalog import catalog
-from models_catalog.served import ServedDeployment, ServedModel
+from models_catalog.served import ServedDeployment, ServedModel, resolve_model
 from utils_app import clock, metrics
 from utils_app import logging as request_log
 from utils_app.errors import (
-    AccessDenied,
     GatewayError,
-    InvalidRequest,
-    NotFound,
     UnsupportedParameter,
     UpstreamError,
-    UpstreamRateLimited,
     UpstreamRejected,
-    UpstreamTimeout,
+    failure_kind,
 )
 from utils_app.db import release_connection
+from utils_app.middleware import request_id
 from utils_app.speed.statements import statements_wrapper
-from utils_app.request_ids import request_id
 
 log = logging.getLogger("gateway.metering")
 T = TypeVar("T")
@@ -254,7 +249,7 @@ class Meter:
         with transaction.atomic():
             completed = metering.complete(**settle)
             if completed and answer is not None:
-                idempotency.keep_answer(entry=self.entry, **_stored(answer, self.headers()))
+                idempotency.keep_answer(entry=self.entry, **idempotency.stored(answer, self.headers()))
             elif completed and status == CLIENT_CLOSED:
                 # Charged but never finished: a retry is told so rather than replayed (docs/ledger.md).
                 idempotency.note_cut_by_client(entry=self.entry)
@@ -298,46 +293,6 @@ class Meter:
         if isinstance(error, GatewayError):
             error.headers = {**self.headers(), **error.headers}
         sweeper.maybe_sweep()
-
-
-def failure_kind(error: Exception) -> str:
-    """The upstream-errors metric's kind of a failure: a fixed word, never the upstream's own code."""
-    if isinstance(error, (UpstreamRejected, UnsupportedParameter)):
-        return "rejected"
-    if isinstance(error, UpstreamTimeout):
-        return "timeout"
-    if isinstance(error, UpstreamRateLimited):
-        return "rate_limited"
-    if isinstance(error, UpstreamError):
-        return "unavailable"
-    return "internal"
-
-
-def _stored(answer, headers: dict) -> dict:
-    """What an Idempotency-Key retry is answered with: headers (with the content type) and body bytes."""
-    if isinstance(answer, bytes):
-        return {"headers": {**headers, "Content-Type": "text/event-stream; charset=utf-8"}, "body": answer}
-    if answer.content is not None:
-        return {"headers": {**headers, "Content-Type": answer.content_type}, "body": answer.content}
-    return {"headers": {**headers, "Content-Type": "application/json"}, "body": idempotency.rendered(answer.body)}
-
-
-def resolve_model(*, key: ApiKey, operation: str, model_id: str) -> ServedModel:
-    """The model a request names, if it exists, is of the operation's type and the key's tier may use it."""
-    model = catalog.get_model(model_id)
-    if model is None:
-        raise NotFound(f"The model '{model_id}' does not exist or is not available.", code="model_not_found",
-                       param="model")
-    line = request_log.current()
-    if line is not None:
-        line.model = model.model_id  # from the catalog, never the client's text: a bounded metric label
-    if model.type != operation:
-        raise InvalidRequest(f"The model '{model_id}' serves {model.type}, not {operation}: choose a "
-                             f"{operation} model (GET /v1/models lists each model's type).",
-                             code="model_type_mismatch", param="model")
-    if not key.can_use(model):
-        raise AccessDenied(f"Keys of the '{key.tier}' tier may not use the model '{model_id}'.", param="model")
-    return model
 
 
 def admit(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1, record_as: str | None = None,

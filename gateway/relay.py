@@ -8,12 +8,12 @@ from django.conf import settings
 
 from gateway import deployment_health, metering
 from gateway.tokens import count_tokens
-from gateway.pipeline import CLIENT_CLOSED, Meter, failure_kind
+from gateway.pipeline import CLIENT_CLOSED, Meter
 from gateway.prices import cached_tokens, ledger_tokens, metered_usage
 from gateway.upstream.shapes import ChunkStream, prompt_text
 from utils_app import metrics
 from utils_app.error_handler import as_gateway_error
-from utils_app.errors import GatewayError
+from utils_app.errors import GatewayError, failure_kind
 
 
 class ClientClosed(GatewayError):

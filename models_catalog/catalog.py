@@ -19,26 +19,19 @@ from django.db import transaction
 from keys.models import TIERS
 from models_catalog.models import ROUTING_STRATEGIES, AiModel, Deployment, Provider
 from models_catalog.provider_types import MODEL_TYPES, TYPES
-# The snapshot the request path reads lives beside its frozen values; its names are the catalog's too.
-from models_catalog.served import Snapshot, get_model, invalidate, snapshot  # noqa: F401
+# The snapshot the request path reads lives beside its frozen values, and so does the rule on secret variables
+# an adapter applies at each call; their names are the catalog's too.
+from models_catalog.served import (  # noqa: F401
+    SECRET_ENV_PREFIX,
+    Snapshot,
+    get_model,
+    invalidate,
+    secret_env_allowed,
+    snapshot,
+)
 from utils_app.env import ENV_NAME_RE
 
 DEFAULT_CATALOG = Path(__file__).resolve().parent / "default_catalog.toml"
-# Any variable with this prefix may hold an upstream secret, besides those UPSTREAM_SECRET_ENV_ALLOW names.
-SECRET_ENV_PREFIX = "GATEWAY_UPSTREAM_"
-
-
-def secret_env_allowed(name: str) -> bool:
-    """Whether a provider may name this environment variable as its upstream secret.
-
-    A provider's secret is sent to its base_url, so naming any variable would let
-    whoever edits providers send SECRET_KEY or DATABASE_URL to an address of their
-    choosing. Only variables meant for upstream secrets qualify.
-    """
-    return name in settings.UPSTREAM_SECRET_ENV_ALLOW or (
-        name.startswith(SECRET_ENV_PREFIX) and len(name) > len(SECRET_ENV_PREFIX))
-
-
 def secret_env_problem(name: str) -> str | None:
     """Why ``name`` cannot be a provider's secret variable (a sentence), or None when it can (empty: no secret)."""
     if not name:

@@ -58,9 +58,9 @@ def secret_configured(provider_type: str, variable: str) -> bool:
 
     A local provider, or a deployment without a secret variable (an upstream without
     authentication), needs none. Only whether the variable is set is looked at, never its value;
-    one a provider may not name (catalog.secret_env_allowed) is never read, so it counts as unset.
+    one a provider may not name (served.secret_env_allowed) is never read, so it counts as unset.
     """
-    from models_catalog.catalog import secret_env_allowed  # the catalog module imports this one
+    from models_catalog.served import secret_env_allowed  # the served module imports this one
 
     if provider_type == "local" or not variable:
         return True

@@ -25,9 +25,26 @@ from typing import cast
 from django.conf import settings
 from django.db.models.signals import post_delete, post_save
 
-from keys.models import TIERS
+from keys.models import TIERS, ApiKey
 from models_catalog import models
 from utils_app import clock, state
+from utils_app import logging as request_log
+from utils_app.errors import AccessDenied, InvalidRequest, NotFound
+
+# Any variable with this prefix may hold an upstream secret, besides those UPSTREAM_SECRET_ENV_ALLOW names.
+SECRET_ENV_PREFIX = "GATEWAY_UPSTREAM_"
+
+
+def secret_env_allowed(name: str) -> bool:
+    """Whether a provider may name this environment variable as its upstream secret.
+
+    A provider's secret is sent to its base_url, so naming any variable would let
+    whoever edits providers send SECRET_KEY or DATABASE_URL to an address of their
+    choosing. Only variables meant for upstream secrets qualify. (The adapters ask at each call,
+    so it lives here, on the request path's side of the catalog.)
+    """
+    return name in settings.UPSTREAM_SECRET_ENV_ALLOW or (
+        name.startswith(SECRET_ENV_PREFIX) and len(name) > len(SECRET_ENV_PREFIX))
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,3 +229,22 @@ def get_model(name: str) -> ServedModel | None:
     and ledger rows record; the answer names the model as the client did."""
     current = snapshot()
     return current.models.get(name) or current.aliases.get(name)
+
+
+def resolve_model(*, key: ApiKey, operation: str, model_id: str) -> ServedModel:
+    """The model a request names (its id or an alias), if it exists, is of the operation's type and the key's
+    tier may use it: in the contract's order, each refusal a 4xx naming the model."""
+    model = get_model(model_id)
+    if model is None:
+        raise NotFound(f"The model '{model_id}' does not exist or is not available.", code="model_not_found",
+                       param="model")
+    line = request_log.current()
+    if line is not None:
+        line.model = model.model_id  # from the catalog, never the client's text: a bounded metric label
+    if model.type != operation:
+        raise InvalidRequest(f"The model '{model_id}' serves {model.type}, not {operation}: choose a "
+                             f"{operation} model (GET /v1/models lists each model's type).",
+                             code="model_type_mismatch", param="model")
+    if not key.can_use(model):
+        raise AccessDenied(f"Keys of the '{key.tier}' tier may not use the model '{model_id}'.", param="model")
+    return model

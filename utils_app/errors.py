@@ -14,6 +14,7 @@ class GatewayError(Exception):
     status = 500
     type = "server_error"
     code = "internal_error"
+    failure_kind = "internal"  # the upstream-errors metric's fixed word for it (``failure_kind``)
 
     # Status and type belong to the class: one class per kind of error (the code may vary within it).
     def __init__(self, message: str, *, code: str | None = None, param: str | None = None,
@@ -34,6 +35,12 @@ class GatewayError(Exception):
         """
         request_log.record_error(self.code, self.message)
         return error_body(self.message, self.type, self.code, self.param)
+
+
+def failure_kind(error: Exception) -> str:
+    """The upstream-errors metric's kind of a failure: its class's fixed word, never the upstream's own code;
+    an error of no class of ours is "internal"."""
+    return error.failure_kind if isinstance(error, GatewayError) else "internal"
 
 
 class InvalidRequest(GatewayError):
@@ -163,6 +170,7 @@ class UpstreamError(GatewayError):
     health: str | None = "failure"
     cooldown_seconds: float | None = None
     outcome = "failure"  # the attempts metric's word for it
+    failure_kind = "unavailable"
 
 
 # What an upstream error does to the deployment that answered (UpstreamError.health). SLOW_ANSWER: a timeout
@@ -175,6 +183,7 @@ class UpstreamTimeout(UpstreamError):
     status = 504
     code = "upstream_timeout"
     outcome = "timeout"
+    failure_kind = "timeout"
 
     def __init__(self, message: str, *, health: str | None = None, **kwargs):
         super().__init__(message, **kwargs)
@@ -199,6 +208,7 @@ class UpstreamRateLimited(UpstreamError):
     code = "rate_limit_exceeded"
     health = COOLDOWN
     outcome = "rate_limited"
+    failure_kind = "rate_limited"
 
     def __init__(self, message: str, *, cooldown_seconds: float | None = None, **kwargs):
         super().__init__(message, **kwargs)
@@ -231,6 +241,7 @@ class UpstreamRejected(GatewayError):
     retry = False
     health = None
     outcome = "rejected"
+    failure_kind = "rejected"
 
     def __init__(self, message: str, *, status: int, **kwargs):
         super().__init__(message, **kwargs)
@@ -255,6 +266,7 @@ class UnsupportedParameter(InvalidRequest):
     retry = True
     health = None
     outcome = "unsupported"
+    failure_kind = "rejected"
 
 
 class PlatformNotConfigured(GatewayError):

@@ -29,7 +29,7 @@ log = logging.getLogger("gateway.requests")
 @dataclass
 class RequestLine:
     request_id: str
-    client_request_id: str = ""  # the client's own X-Request-ID, kept beside ours (utils_app.request_ids)
+    client_request_id: str = ""  # the client's own X-Request-ID, kept beside ours (utils_app.middleware)
     method: str = ""
     operation: str = ""  # the route's name: a bounded set
     model: str = ""  # a catalog model id, once the request resolved one

@@ -1,18 +1,67 @@
-"""What the HTTP adapters share: the deployment's secret, read from its variable, and the transport
-that carries it in the type's own header."""
+"""What every adapter shares: the protocol, the registry of adapters by provider type and the choice of
+one for a deployment (gateway.upstream says what each type is); and what the HTTP adapters share: the
+deployment's secret, read from its variable, and the transport that carries it in the type's own header."""
 import os
+from collections.abc import Callable
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
-from gateway.upstream.shapes import Audio, Image
+from gateway.upstream.shapes import Audio, ChunkStream, Image
 from gateway.upstream.refusals import Refusal
 from gateway.upstream.transport import Deadline, HttpTransport, json_object
-from models_catalog.catalog import secret_env_allowed
-from models_catalog.served import AnyDeployment
+from models_catalog.served import AnyDeployment, secret_env_allowed
 from models_catalog.provider_types import TYPES
 from utils_app.errors import UpstreamError, UpstreamNotConfigured
 
 PROBE_TEXT = "ping"
+
+
+class Adapter(Protocol):
+    """One attempt at one deployment. ``payload`` is the client's OpenAI-shaped, validated request body;
+    the adapter sends it under the deployment's upstream name, in its provider's protocol."""
+
+    # Names of what the attempt left out of the request (CONTRACT section 8's "dropped and named"):
+    # a member by its dotted path, a header by its name, a tool as tools:<type or name>.
+    ignored: list[str]
+
+    def __init__(self, deployment: AnyDeployment, deadline: Deadline): ...
+
+    def chat(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """A chat.completion object."""
+
+    def chat_stream(self, payload: dict[str, Any]) -> ChunkStream:
+        """chat.completion.chunk objects, received up to the commit point."""
+
+    def images(self, payload: dict[str, Any]) -> list[Image]:
+        """The image bytes, whatever form the upstream sent them in."""
+
+    def speech(self, payload: dict[str, Any]) -> Audio:
+        """The audio bytes and their content type."""
+
+    def embeddings(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """OpenAI's list of embeddings."""
+
+    def probe(self, operation: str) -> None:
+        """The cheapest call that proves the secret and the model work; raises the upstream error if not."""
+
+
+ADAPTERS: dict[str, Callable[[AnyDeployment, Deadline], Adapter]] = {}
+_A = TypeVar("_A", bound=Callable[[AnyDeployment, Deadline], Adapter])
+
+
+def register(name: str) -> Callable[[_A], _A]:
+    """Class decorator: the adapter of the provider type ``name``."""
+    if name not in TYPES:
+        raise ValueError(f"{name!r} is not a provider type (models_catalog.provider_types)")
+
+    def decorate(cls: _A) -> _A:
+        ADAPTERS[name] = cls
+        return cls
+    return decorate
+
+
+def adapter_for(deployment: AnyDeployment, deadline: Deadline | None = None) -> Adapter:
+    return ADAPTERS[deployment.provider.type](deployment, deadline or Deadline(deployment.provider.timeout))
 
 
 class HttpAdapter:

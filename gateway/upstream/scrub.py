@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from models_catalog.catalog import secret_env_allowed
+from models_catalog.served import secret_env_allowed
 
 # Shorter values are not looked for in upstream text: replacing every "1" or "abc" would garble it,
 # and a secret that short protects nothing anyway.

@@ -313,7 +313,7 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}/v1"
 
 
-# Under GATEWAY_UPSTREAM_, a prefix every provider may name (models_catalog.catalog.secret_env_allowed).
+# Under GATEWAY_UPSTREAM_, a prefix every provider may name (models_catalog.served.secret_env_allowed).
 UPSTREAM_KEY_ENV = "GATEWAY_UPSTREAM_FAKE_KEY"
 
 

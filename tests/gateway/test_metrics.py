@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import metering
 from utils_app.errors import UpstreamRejected
-from gateway.pipeline import failure_kind
+from utils_app.errors import failure_kind
 from models_catalog.models import AiModel, UsageEvent
 from tests.gateway.conftest import (
     DROP,

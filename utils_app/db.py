@@ -20,7 +20,7 @@ import time
 from contextlib import contextmanager
 from typing import NamedTuple
 
-from utils_app.speed.sockets import readable_now
+from gevent.monkey import get_original
 
 # As long as SQLite's own busy timeout (utils_app.env); past it the write goes ahead and
 # SQLite decides, as it did without this lock.
@@ -43,6 +43,22 @@ def one_writer_at_a_time(connection):
     finally:
         if acquired:
             _sqlite_write.release()
+
+
+# select's poll as the kernel has it: a gevent worker patches the select module, whose poll then registers
+# watchers with gevent's hub and starts a timeout even for a check that must not wait at all.
+_poll, _POLLIN = get_original("select", "poll"), get_original("select", "POLLIN")
+
+
+def readable_now(fileno: int) -> bool:
+    """Whether a socket has something to read (data, end of file or an error) right now, asked of the kernel
+    in one system call; never waits, needs no cooperation from gevent's hub. Two checks of the request
+    path use it: whether a pooled PostgreSQL connection was ended by the server while idle
+    (``ended_by_server``), and whether an upstream closed a kept-alive connection
+    (utils_app.speed.upstream_pool)."""
+    poller = _poll()
+    poller.register(fileno, _POLLIN)
+    return bool(poller.poll(0))
 
 
 def ended_by_server(conn) -> bool:

@@ -12,8 +12,7 @@ while it saves 2 % or more of the machine's CPU per metered request, served.
 - redis_round_trip: the limits' Redis round trip on a connection of its own (SPEED_REDIS_ROUND_TRIP);
 - statements: the metered statements alone on pooled connections (SPEED_STATEMENTS_ALONE);
 - libpq: those statements sent straight through libpq instead of psycopg's cursor (SPEED_LIBPQ);
-- upstream_pool: a model call straight through urllib3's pool (SPEED_UPSTREAM_POOL);
-- sockets: a socket's readiness asked of the kernel (the check both the pool and upstream use).
+- upstream_pool: a model call straight through urllib3's pool (SPEED_UPSTREAM_POOL).
 
 No library or standard module is patched here: each trick is a subclass, a method of our own, or
 a call of its own beside the library's.

@@ -9,7 +9,7 @@ merging settings, building its Response) is CPU spent on every model call for no
   back urllib3's response (utils_app.http.Answer wraps it); urllib3's errors become requests' as
   its adapter raises them;
 - the pool's connections check at each checkout that the upstream has not closed a kept-alive
-  connection by asking the kernel (utils_app.speed.sockets), not gevent's patched poll.
+  connection by asking the kernel (utils_app.db.readable_now), not gevent's patched poll.
 
 The plain twin, with the switch off (and always through a proxy), is ``session.post(..., stream=True,
 allow_redirects=False)``: the same request on the wire, the same answer (tests/utils_app/test_http.py
@@ -29,7 +29,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError, ProtocolError, ReadTimeoutError, SSLError
 from urllib3.exceptions import HTTPError as Urllib3Error
 
-from utils_app.speed.sockets import readable_now
+from utils_app.db import readable_now
 
 # What urllib3 makes of ``retries=False, redirect=False`` at every call (Retry.from_int), made once: no
 # retry, no redirect followed. A Retry is never changed in place (each step makes a new one).

@@ -1,4 +1,4 @@
-"""utils_app.speed.sockets: readiness asked of the kernel; and psycopg's own waits under gevent."""
+"""utils_app.db.readable_now: readiness asked of the kernel; and psycopg's own waits under gevent."""
 import os
 import socket
 import subprocess
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from utils_app.speed.sockets import readable_now
+from utils_app.db import readable_now
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -278,9 +278,10 @@ class Message:
     def from_chat(cls, message: dict[str, Any]) -> Self:
         """Chat's message of a role in ROLES, checked already by chat's validation (``to_chat`` is its
         reverse): its content (``content_from_chat``), an assistant's tool_calls, and the older single
-        function_call after them as a call without an id. A role of another kind reads as user."""
-        role = message.get("role")
-        calls = [ToolCall.from_chat(entry) for entry in message.get("tool_calls") or ()]
+        function_call after them as a call without an id. A role of another kind reads as user, tool_calls
+        that are not an array as none."""
+        role, entries = message.get("role"), message.get("tool_calls")
+        calls = [ToolCall.from_chat(entry) for entry in entries] if isinstance(entries, list) else []
         if message.get("function_call"):
             calls.append(ToolCall.from_chat({"function": message["function_call"]}))
         return cls(role=role if role in ROLES else "user", content=content_from_chat(message.get("content")),

@@ -60,3 +60,7 @@ def test_the_older_function_call_reads_as_the_last_tool_call():
 def test_content_other_than_a_string_or_parts_reads_as_none():
     assert Message.from_chat({"role": "assistant", "content": 3}).content is None
     assert Message.from_chat({"role": "narrator", "content": "x"}).role == "user"
+
+
+def test_tool_calls_that_are_not_an_array_read_as_none():
+    assert Message.from_chat({"role": "assistant", "content": "x", "tool_calls": 5}).tool_calls == ()

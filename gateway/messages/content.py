@@ -1,6 +1,6 @@
-"""The conversation of a Messages request as OpenAI messages: the system prompt, each turn, and its content
-blocks (text, images, documents, search results, tool uses and their results), each a Turn of the
-conversation (gateway.conversation_request), which the decoder writes as chat's messages."""
+"""The conversation of a Messages request as the gateway's typed turns (gateway.conversation_request), which
+the decoder writes as chat's messages: the system prompt, each turn, and its content blocks (text, images,
+documents, search results, tool uses and their results)."""
 from gateway.conversation_request import Message, Part, TextPart, ToolResult, Turn
 from gateway.messages.translation import Translation, need
 from gateway.upstream.anthropic_answer import tool_call

@@ -1,5 +1,6 @@
 """A Messages request decoded into the OpenAI-shaped chat request the rest of the gateway speaks: the
-top-level members (the conversation's turns and blocks are gateway.messages.content's)."""
+top-level members (the conversation's turns and blocks are gateway.messages.content's, written as chat's
+messages here, once)."""
 import re
 
 from django.conf import settings

@@ -1,18 +1,19 @@
-"""The conversation of a Messages request as OpenAI messages: the system prompt, each turn, and its content
-blocks (text, images, documents, search results, tool uses and their results)."""
-from gateway.conversation_request import Part, TextPart, ToolResult, content_to_chat
+"""The conversation of a Messages request as the gateway's typed turns (gateway.conversation_request), which
+the decoder writes as chat's messages: the system prompt, each turn, and its content blocks (text, images,
+documents, search results, tool uses and their results)."""
+from gateway.conversation_request import Message, Part, TextPart, ToolResult, Turn
 from gateway.messages.translation import Translation, need
 from gateway.upstream.anthropic_answer import tool_call
 from gateway.upstream.anthropic_request import block_part
 from utils_app.errors import InvalidRequest
 
 
-def system_prompt(system, where: str, notes: Translation) -> str | list:
+def system_prompt(system, where: str, notes: Translation) -> str | list[Part]:
     """The system prompt (or a system message's content): a string, or its text blocks as text parts."""
     if isinstance(system, str):
         return system
     need(isinstance(system, list), where, "must be a string or an array of text blocks.")
-    parts = []
+    parts: list[Part] = []
     for index, block in enumerate(system):
         at = f"{where}.{index}"
         need(isinstance(block, dict) and isinstance(block.get("type"), str), at, "must be a content block.")
@@ -21,23 +22,23 @@ def system_prompt(system, where: str, notes: Translation) -> str | list:
             continue
         need(isinstance(block.get("text"), str), f"{at}.text", "must be a string.")
         notes.extras(block, ("type", "text", "citations"), at)
-        parts.append(TextPart(block["text"]).to_chat())
+        parts.append(TextPart(block["text"]))
     return parts
 
 
-def turn_messages(message, where: str, notes: Translation) -> list[dict]:
-    """One Anthropic message as OpenAI messages: a system message in place (Claude Code's reminders in
+def turn_messages(message, where: str, notes: Translation) -> list[Turn]:
+    """One Anthropic message as the conversation's turns: a system message in place (Claude Code's reminders in
     mid-conversation), a user turn's tool results as tool messages (first, as they stand first in the turn),
-    an assistant turn's tool_use blocks as its tool_calls."""
+    an assistant turn's tool_use blocks as its tool calls."""
     need(isinstance(message, dict), where, "must be an object with role and content.")
     role, content = message.get("role"), message.get("content")
     need(role in ("user", "assistant", "system"), f"{where}.role", "must be 'user', 'assistant' or 'system'.")
     if role == "system":
         need(content is not None, f"{where}.content", "is required.")
         text = system_prompt(content, f"{where}.content", notes)
-        return [{"role": "system", "content": text}] if text else []
+        return [Message("system", text)] if text else []
     if isinstance(content, str):
-        return [{"role": role, "content": content}]
+        return [Message(role, content)]
     need(isinstance(content, list) and bool(content), f"{where}.content",
           "must be a string or a non-empty array of content blocks.")
     blocks = []
@@ -48,8 +49,9 @@ def turn_messages(message, where: str, notes: Translation) -> list[dict]:
     return _user(blocks, notes) if role == "user" else _assistant(blocks, notes)
 
 
-def _user(blocks: list, notes: Translation) -> list[dict]:
-    results, parts = [], []
+def _user(blocks: list, notes: Translation) -> list[Turn]:
+    results: list[Turn] = []
+    parts: list[Part] = []
     for block, where in blocks:
         kind = block["type"]
         if kind == "tool_result":
@@ -59,13 +61,13 @@ def _user(blocks: list, notes: Translation) -> list[dict]:
             text, images = _result(block.get("content"), f"{where}.content", notes)
             if block.get("is_error"):
                 text = f"Error: {text}"
-            results.append(ToolResult(call_id=block["tool_use_id"], content=text).to_chat())
+            results.append(ToolResult(call_id=block["tool_use_id"], content=text))
             parts.extend(images)  # a tool message is text: the images it returned follow as the user's
         elif kind in ("text", "image", "document", "search_result"):
             parts.extend(_part(block, where, notes))
         else:
             notes.drop(where)  # an Anthropic-only block (a container upload, say): the turn goes on without it
-    return results + ([{"role": "user", "content": content_to_chat(parts)}] if parts else [])
+    return results + ([Message("user", parts)] if parts else [])
 
 
 def _part(block: dict, where: str, notes: Translation) -> list[Part]:
@@ -138,7 +140,7 @@ def _image_source(source, where: str, notes: Translation) -> bool:
     return False
 
 
-def _assistant(blocks: list, notes: Translation) -> list[dict]:
+def _assistant(blocks: list, notes: Translation) -> list[Turn]:
     texts, calls = [], []
     for block, where in blocks:
         kind = block["type"]
@@ -151,12 +153,9 @@ def _assistant(blocks: list, notes: Translation) -> list[dict]:
             notes.extras(block, ("type", "id", "name", "input", "caller"), where)
             # The answers' reader: an id left out is made up; an input that is not an object is refused.
             calls.append(tool_call(block, lambda _: InvalidRequest(f"{where}.input: must be an object.",
-                                                                   param=f"{where}.input")).to_chat())
+                                                                   param=f"{where}.input")))
         else:
             # An earlier turn's reasoning (with its signature) or a server tool's work: Anthropic's alone. The
             # answer it led to is what the next turn needs.
             notes.drop(where)
-    message: dict = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
-    if calls:
-        message["tool_calls"] = calls
-    return [message]
+    return [Message("assistant", "".join(texts) if texts or not calls else None, tuple(calls))]

@@ -1,9 +1,11 @@
 """A Messages request decoded into the OpenAI-shaped chat request the rest of the gateway speaks: the
-top-level members (the conversation's turns and blocks are gateway.messages.content's)."""
+top-level members (the conversation's turns and blocks are gateway.messages.content's, written as chat's
+messages here, once)."""
 import re
 
 from django.conf import settings
 
+from gateway.conversation_request import Message, Turn, conversation_to_chat
 from gateway.json_schemas import SchemaWalk
 from gateway.messages.content import system_prompt, turn_messages
 from gateway.messages.translation import Translation, need
@@ -55,11 +57,12 @@ def translate(body: dict, *, counting: bool = False) -> tuple[dict, Translation]
     need(isinstance(body["model"], str), "model", "must be a string.")
     need(isinstance(body["messages"], list) and bool(body["messages"]), "messages",
           "must be a non-empty array of messages.")
-    params: dict = {"model": body["model"], "messages": []}
+    turns: list[Turn] = []
     if body.get("system") is not None:
-        params["messages"].append({"role": "system", "content": system_prompt(body["system"], "system", notes)})
+        turns.append(Message("system", system_prompt(body["system"], "system", notes)))
     for index, message in enumerate(body["messages"]):
-        params["messages"].extend(turn_messages(message, f"messages.{index}", notes))
+        turns.extend(turn_messages(message, f"messages.{index}", notes))
+    params: dict = {"model": body["model"], "messages": conversation_to_chat(turns)}
     _count_image_urls(body["messages"])
     if body.get("tools"):
         need(isinstance(body["tools"], list), "tools", "must be an array.")

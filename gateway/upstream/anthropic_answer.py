@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.conversation import Delta, StopReason, StreamPiece, ToolCall, ToolCallDelta, Usage
+from gateway.conversation_request import Message
 from gateway.upstream.shapes import Malformed, tokens_reported, tool_call_id
 
 # Anthropic's stop reasons as the neutral ones, and the neutral ones as Anthropic's (gateway.messages answers
@@ -96,13 +97,11 @@ def completion(body: dict[str, Any], *, model: str, malformed: Malformed) -> dic
         if block.get("type") == "text" and isinstance(block.get("text"), str):
             texts.append(block["text"])
         elif block.get("type") == "tool_use":
-            calls.append(tool_call(block, malformed).to_chat())
+            calls.append(tool_call(block, malformed))
         # thinking blocks and server tools' blocks are not part of OpenAI's answer
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
-    if calls:
-        message["tool_calls"] = calls
+    message = Message("assistant", "".join(texts) if texts else None, tuple(calls))
     answer = {"id": _completion_id(body.get("id")), "object": "chat.completion", "created": int(time.time()),
-              "model": model, "choices": [{"index": 0, "message": message, "logprobs": None,
+              "model": model, "choices": [{"index": 0, "message": message.to_chat(), "logprobs": None,
                                            "finish_reason": finish_reason(body.get("stop_reason") or "end_turn",
                                                                           bool(calls))}]}
     counted = usage(body.get("usage")).to_chat()

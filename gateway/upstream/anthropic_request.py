@@ -6,8 +6,10 @@ from dataclasses import replace
 from typing import Any
 
 from gateway.conversation_request import (
+    Content,
     FilePart,
     ImagePart,
+    Message,
     Part,
     RefusalPart,
     TextPart,
@@ -15,19 +17,20 @@ from gateway.conversation_request import (
     ToolChoice,
     ToolMode,
     ToolResult,
-    part_from_chat,
+    Turn,
+    conversation_from_chat,
 )
 from gateway.json_schemas import SchemaWalk
 from gateway.upstream.anthropic_answer import tool_use
 from gateway.upstream.honour import REFUSALS, SERVER_FEATURES, name_left_out, refuse_audio_output, thinking_budget
 from gateway.upstream.shapes import (
-    assistant_tool_calls,
+    call_arguments,
+    checked_user_part,
     data_url,
     function_choice,
     function_tool,
     part_unsupported,
     tool_call_id,
-    user_part,
 )
 from utils_app.errors import InvalidRequest, UnsupportedParameter
 
@@ -40,7 +43,8 @@ def messages_request(payload: dict[str, Any], *, model: str, max_tokens_default:
     answer's shape raises; one Anthropic has no use for is left out and named in ``ignored`` (honour)."""
     refuse_unsupported(payload)
     name_left_out(payload, ignored, LEFT_OUT)
-    system, messages = conversation(payload["messages"])
+    turns = conversation_from_chat(payload["messages"])
+    system, messages = conversation(turns)
     request: dict[str, Any] = {"model": model, "messages": messages,
                      "max_tokens": payload.get("max_completion_tokens") or payload.get("max_tokens")
                      or max_tokens_default}
@@ -54,7 +58,7 @@ def messages_request(payload: dict[str, Any], *, model: str, max_tokens_default:
         request["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
     budget = thinking_budget(payload.get("reasoning_effort"))
     if budget is not None:
-        if can_think(payload, request["max_tokens"]):
+        if can_think(payload, turns, request["max_tokens"]):
             # Anthropic's budget is part of max_tokens and must stay below it.
             request["thinking"] = {"type": "enabled", "budget_tokens": min(budget, request["max_tokens"] - 1)}
         elif ignored is not None:
@@ -84,7 +88,7 @@ LEFT_OUT = (*SERVER_FEATURES, "logit_bias", "seed", "presence_penalty", "frequen
 MIN_THINKING_BUDGET = 1024
 
 
-def can_think(payload: dict[str, Any], max_tokens: int) -> bool:
+def can_think(payload: dict[str, Any], turns: list[Turn], max_tokens: int) -> bool:
     """Whether Anthropic takes extended thinking with the rest of the request: room for the smallest budget
     below max_tokens, no sampling changed (thinking takes no temperature but 1 and no top_p below 0.95),
     no tool forced, and not in the middle of a tool call's round trip, where Anthropic wants the earlier
@@ -95,9 +99,9 @@ def can_think(payload: dict[str, Any], max_tokens: int) -> bool:
         return False
     if payload.get("tool_choice") not in (None, "auto", "none"):
         return False
-    for message in reversed(payload["messages"]):
-        if message["role"] != "tool":
-            return not (message["role"] == "assistant" and (message.get("tool_calls") or message.get("function_call")))
+    for turn in reversed(turns):
+        if isinstance(turn, Message):
+            return not (turn.role == "assistant" and turn.tool_calls)
     return True
 
 
@@ -204,35 +208,35 @@ def tool_result(result: ToolResult) -> dict[str, Any]:
 
 # -- messages
 
-def conversation(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(system blocks, messages). System and developer messages become the system prompt, wherever they
-    stand (one in mid-conversation is folded into it: the form every release of Anthropic's API takes; a
-    Messages client's own system turns reach an anthropic deployment as they came, gateway.messages);
-    assistant tool calls become tool_use blocks and tool messages tool_result blocks, the results in a row
-    joined into one user turn; turns of one role in a row are merged (Anthropic's turns alternate)."""
+def conversation(turns: list[Turn]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(system blocks, messages) for the conversation's turns (read from chat's once, conversation_from_chat).
+    System and developer messages become the system prompt, wherever they stand (one in mid-conversation is
+    folded into it: the form every release of Anthropic's API takes; a Messages client's own system turns
+    reach an anthropic deployment as they came, gateway.messages); an assistant's tool calls become tool_use
+    blocks and tool results tool_result blocks, the results in a row joined into one user turn; turns of one
+    role in a row are merged (Anthropic's turns alternate)."""
     system: list[dict[str, Any]] = []
-    turns: list[dict[str, Any]] = []
-    for index, message in enumerate(messages):
-        role, where = message["role"], f"messages.{index}"
-        if role in ("system", "developer"):
-            system.extend(_blocks(message.get("content"), where))
-        elif role == "tool":
-            result = ToolResult.from_chat(message)
-            if not result.call_id:
+    messages: list[dict[str, Any]] = []
+    for index, turn in enumerate(turns):
+        where = f"messages.{index}"
+        if isinstance(turn, ToolResult):
+            if not turn.call_id:
                 raise InvalidRequest(f"{where}.tool_call_id is required.", param=f"{where}.tool_call_id")
-            _add(turns, "user", [tool_result(result)])
-        elif role == "assistant":
-            blocks = _blocks(message.get("content"), where)
+            _add(messages, "user", [tool_result(turn)])
+        elif turn.role in ("system", "developer"):
+            system.extend(_blocks(turn.content, where))
+        elif turn.role == "assistant":
+            blocks = _blocks(turn.content, where)
             # The answers' tool_use blocks, each id made one Anthropic takes, as its result's is (tool_id).
             blocks.extend(tool_use(replace(call, id=tool_id(call.id)), arguments)
-                          for call, arguments, _ in assistant_tool_calls(message, where))
-            _add(turns, "assistant", blocks)
+                          for call, arguments in call_arguments(turn, where))
+            _add(messages, "assistant", blocks)
         else:
-            _add(turns, "user", _blocks(message.get("content"), where, user=True))
-    if not turns:
+            _add(messages, "user", _blocks(turn.content, where, user=True))
+    if not messages:
         raise InvalidRequest("messages needs at least one user or assistant message besides the system prompt.",
                              param="messages")
-    return system, turns
+    return system, messages
 
 
 def _add(turns: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
@@ -290,7 +294,7 @@ def content_block(part: Part, where: str) -> dict[str, Any] | None:
     raise part_unsupported(part.to_chat(), where)
 
 
-def _blocks(content: Any, where: str, *, user: bool = False) -> list[dict[str, Any]]:
+def _blocks(content: Content | None, where: str, *, user: bool = False) -> list[dict[str, Any]]:
     """A message's content as Anthropic's blocks: text (an earlier answer's refusal as text), and in a user's
     turn images and PDF files too. An empty text is left out; any other part is refused, naming it."""
     if not isinstance(content, list):
@@ -299,9 +303,9 @@ def _blocks(content: Any, where: str, *, user: bool = False) -> list[dict[str, A
     blocks = []
     for index, found in enumerate(content):
         at = f"{where}.content.{index}"
-        part = user_part(found, at) if user else part_from_chat(found)
+        part = checked_user_part(found, at) if user else found
         if not isinstance(part, takes):
-            raise part_unsupported(found, at)
+            raise part_unsupported(part.to_chat(), at)
         block = content_block(part, at)
         if block is not None:
             blocks.append(block)

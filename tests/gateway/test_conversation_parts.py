@@ -7,9 +7,12 @@ from gateway.conversation_request import (
     AudioPart,
     FilePart,
     ImagePart,
+    Message,
     RefusalPart,
     TextPart,
+    ToolResult,
     content_to_chat,
+    conversation_from_chat,
     part_from_chat,
 )
 from gateway.gemini_api.contents import CallIds
@@ -39,8 +42,9 @@ def refused(kind, call, *args):
 
 
 def to_anthropic(*parts, role="user"):
-    _, turns = anthropic_request.conversation([{"role": role, "content": [part.to_chat() for part in parts]},
-                                               *([{"role": "user", "content": "q"}] if role != "user" else [])])
+    _, turns = anthropic_request.conversation(conversation_from_chat([
+        {"role": role, "content": [part.to_chat() for part in parts]},
+        *([{"role": "user", "content": "q"}] if role != "user" else [])]))
     return turns[0]["content"] if role == "user" else []
 
 
@@ -100,7 +104,7 @@ def test_what_a_chat_part_reads_as_and_what_cannot_be_read(chat, read):
 def test_an_anthropic_block_comes_in_as_a_part_and_goes_back_out(block, part):
     assert anthropic_request.block_part(block) == part
     [message] = messages_turn({"role": "user", "content": [block]}, "messages.0", Translation())
-    assert message == {"role": "user", "content": [part.to_chat()]}
+    assert message == Message("user", [part])
     _, turns = anthropic_request.conversation([message])
     assert turns == [{"role": "user", "content": [block]}]
     assert anthropic_request.content_block(part, "messages.0.content.0") == block
@@ -111,7 +115,7 @@ def test_anthropic_documents_and_search_results_of_text_come_in_as_text_and_go_b
               {"type": "search_result", "title": "T", "source": "https://s",
                "content": [{"type": "text", "text": "r"}]}]
     [message] = messages_turn({"role": "user", "content": blocks}, "messages.0", Translation())
-    assert message["content"] == [TextPart("doc").to_chat(), TextPart("T https://s\nr").to_chat()]
+    assert message == Message("user", [TextPart("doc"), TextPart("T https://s\nr")])
     assert anthropic_request.conversation([message])[1][0]["content"] == \
         [{"type": "text", "text": "doc"}, {"type": "text", "text": "T https://s\nr"}]
 
@@ -121,14 +125,14 @@ def test_a_tool_results_images_follow_as_the_users_parts():
         {"type": "text", "text": "a"}, {"type": "image", "source": {"type": "base64", "media_type": "image/png",
                                                                     "data": B64}}]}
     assert messages_turn({"role": "user", "content": [result]}, "messages.0", Translation()) == [
-        {"role": "tool", "tool_call_id": "t1", "content": "a"}, {"role": "user", "content": [ImagePart(PNG).to_chat()]}]
+        ToolResult("t1", "a"), Message("user", [ImagePart(PNG)])]
 
 
 def test_what_only_anthropic_reads_is_refused_and_an_http_image_comes_in_but_cannot_go_back():
     notes = Translation()
     assert messages_turn({"role": "user", "content": [{"type": "image", "source": {"type": "file", "file_id": "f"}},
                                                       {"type": "text", "text": "a"}]}, "messages.0", notes) == \
-        [{"role": "user", "content": [TextPart("a").to_chat()]}]
+        [Message("user", [TextPart("a")])]
     assert notes.refusal.param == "messages.0.content.0.source"
     assert anthropic_request.block_part({"type": "image", "source": {"type": "file", "file_id": "f"}}) is None
     [message] = messages_turn({"role": "user", "content": [{"type": "image", "source": {
@@ -145,8 +149,7 @@ def test_each_chat_part_written_to_anthropic():
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": B64}},
         {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": B64}}]
     system, turns = anthropic_request.conversation([
-        {"role": "system", "content": [TextPart("s").to_chat()]},
-        {"role": "assistant", "content": [TextPart("a").to_chat(), RefusalPart("no").to_chat()]}])
+        Message("system", [TextPart("s")]), Message("assistant", [TextPart("a"), RefusalPart("no")])])
     assert system == [{"type": "text", "text": "s"}]
     assert turns == [{"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "no"}]}]
 
@@ -165,12 +168,13 @@ def test_each_chat_part_written_to_anthropic():
     (ImagePart("ftp://x").to_chat(), InvalidRequest, "messages.0.content.0.image_url.url must be an http(s) URL "
      "or a base64 data URL (data:TYPE;base64,…).", "messages.0.content.0.image_url.url")])
 def test_what_anthropic_cannot_carry_is_refused(chat, kind, message, param):
-    assert refused(kind, anthropic_request.conversation, [{"role": "user", "content": [chat]}]) == (message, param)
+    assert refused(kind, anthropic_request.conversation,
+                   conversation_from_chat([{"role": "user", "content": [chat]}])) == (message, param)
 
 
 def test_anthropic_takes_only_text_in_a_system_or_assistant_message():
     assert refused(UnsupportedParameter, anthropic_request.conversation, [
-        {"role": "system", "content": [ImagePart(PNG).to_chat()]}, {"role": "user", "content": "q"}]) == (
+        Message("system", [ImagePart(PNG)]), Message("user", "q")]) == (
         "messages.0.content.0: content parts of type 'image_url' are not supported for this model.", "messages")
 
 

@@ -6,7 +6,7 @@ tests/gateway/test_conversation.py's."""
 import pytest
 
 from gateway.conversation import ToolCall
-from gateway.conversation_request import ToolResult
+from gateway.conversation_request import Message, ToolResult, conversation_from_chat
 from gateway.gemini_api.contents import CallIds
 from gateway.gemini_api.contents import turn_messages as gemini_turn
 from gateway.gemini_api.members import GeminiRequest
@@ -66,11 +66,12 @@ def test_an_earlier_call_without_a_name_or_with_arguments_not_an_object_is_refus
 def test_an_anthropic_tool_use_and_its_result_come_in_and_go_back_out():
     use = {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Zürich", "days": [1]}}
     result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "22 °C"}
-    messages = [{"role": "user", "content": "Weather?"},
+    messages = [Message("user", "Weather?"),
                 *messages_turn({"role": "assistant", "content": [use]}, "messages.1", Translation()),
                 *messages_turn({"role": "user", "content": [result]}, "messages.2", Translation())]
-    assert messages[1]["tool_calls"] == [ToolCall("toolu_1", "weather", '{"city": "Zürich", "days": [1]}').to_chat()]
-    assert messages[2] == ToolResult("toolu_1", "22 °C").to_chat()
+    call = ToolCall("toolu_1", "weather", '{"city": "Zürich", "days": [1]}')
+    assert messages[1] == Message("assistant", None, (call,))
+    assert messages[2] == ToolResult("toolu_1", "22 °C")
     _, turns = anthropic_request.conversation(messages)
     assert turns[1:] == [{"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}]
 
@@ -81,7 +82,7 @@ def test_anthropic_makes_a_chat_calls_id_one_it_takes_the_same_for_its_result_an
                     {"id": "call 1/x", "type": "function", "function": {"name": "f", "arguments": ""}}],
                  "function_call": {"name": "g", "arguments": '{"a": 1}'}},
                 {"role": "tool", "tool_call_id": "call 1/x", "content": ""}]
-    _, turns = anthropic_request.conversation(messages)
+    _, turns = anthropic_request.conversation(conversation_from_chat(messages))
     first, second = turns[1]["content"]
     assert first == {"type": "tool_use", "id": "call_1_x", "name": "f", "input": {}}
     assert second["id"].startswith("call_") and second["input"] == {"a": 1}
@@ -91,8 +92,8 @@ def test_anthropic_makes_a_chat_calls_id_one_it_takes_the_same_for_its_result_an
 def test_a_messages_tool_use_without_an_id_gets_one_and_an_input_not_an_object_is_refused():
     [message] = messages_turn({"role": "assistant", "content": [{"type": "tool_use", "name": "f"}]}, "messages.1",
                               Translation())
-    assert message["tool_calls"][0]["id"].startswith("call_")
-    assert message["tool_calls"][0]["function"] == {"name": "f", "arguments": "{}"}
+    [call] = message.tool_calls
+    assert call.id.startswith("call_") and (call.name, call.arguments) == ("f", "{}")
     error = refused(messages_turn, {"role": "assistant", "content": [{"type": "tool_use", "name": "f", "input": [1]}]},
                     "messages.1", Translation())
     assert (error.param, str(error)) == ("messages.1.content.0.input", "messages.1.content.0.input: must be an object.")

@@ -1,9 +1,11 @@
 """The conversation of a GenerateContentRequest as OpenAI messages: the system instruction, each Content,
-its parts (text, inline data, files, function calls and their responses)."""
+its parts (text, inline data, files, function calls and their responses), read as the conversation's turns
+(gateway.conversation_request) and written with their ``to_chat``."""
 from dataclasses import replace
 from typing import Any
 
-from gateway.conversation_request import Part, TextPart, content_to_chat
+from gateway.conversation import ToolCall
+from gateway.conversation_request import Message, Part, TextPart, Turn, conversation_to_chat
 from gateway.gemini_api.members import GeminiRequest, camel, member, need, need_dict, need_list
 from gateway.upstream.gemini_answer import tool_call, tool_result
 from gateway.upstream.gemini_messages import file_part, inline_part
@@ -58,9 +60,14 @@ def turn_messages(content: Any, where: str, calls: CallIds, found: GeminiRequest
     need(role in ("user", "model", "function"), f"{where}.role", "must be 'user' or 'model'.")
     parts = member(content, "parts")
     need(isinstance(parts, list), f"{where}.parts", "must be an array of parts.")
-    if role == "model":
-        return _model_turn(parts, where, calls, found)
-    results: list[dict] = []
+    return conversation_to_chat(_model_turn(parts, where, calls, found) if role == "model"
+                                else _user_turn(parts, where, calls, found))
+
+
+def _user_turn(parts: list, where: str, calls: CallIds, found: GeminiRequest) -> list[Turn]:
+    """A user turn: its function responses as ToolResults, then the rest as one user Message (its text
+    joined when it is text only)."""
+    results: list[Turn] = []
     pieces: list[Part] = []
     for index, part in enumerate(parts):
         at = f"{where}.parts.{index}"
@@ -74,7 +81,7 @@ def turn_messages(content: Any, where: str, calls: CallIds, found: GeminiRequest
             response = need_dict(member(part, "functionResponse"), f"{at}.functionResponse")
             need(isinstance(response.get("name"), str) and bool(response["name"]), f"{at}.functionResponse.name",
                   "is required.")
-            results.append(tool_result(response, calls.answered(response, at)).to_chat())
+            results.append(tool_result(response, calls.answered(response, at)))
         elif member(part, "inlineData") is not None:
             piece = _inline(need_dict(member(part, "inlineData"), f"{at}.inlineData"), f"{at}.inlineData", found)
             if piece:
@@ -88,16 +95,16 @@ def turn_messages(content: Any, where: str, calls: CallIds, found: GeminiRequest
         else:
             _native_part(part, at, found)
     texts = [piece.text for piece in pieces if isinstance(piece, TextPart)]
-    if pieces and len(texts) == len(pieces):
-        results.append({"role": "user", "content": "\n".join(texts)})
-    elif pieces:
-        results.append({"role": "user", "content": content_to_chat(pieces)})
+    if pieces:
+        results.append(Message("user", "\n".join(texts) if len(texts) == len(pieces) else pieces))
     return results
 
 
-def _model_turn(parts: list, where: str, calls: CallIds, found: GeminiRequest) -> list[dict]:
+def _model_turn(parts: list, where: str, calls: CallIds, found: GeminiRequest) -> list[Turn]:
+    """A model turn as one assistant Message: its text joined, its function calls as ToolCalls."""
     calls.open = []  # a new model turn: the calls before it were answered, or never will be
-    texts, tool_calls = [], []
+    texts: list[str] = []
+    tool_calls: list[ToolCall] = []
     for index, part in enumerate(parts):
         at = f"{where}.parts.{index}"
         part = need_dict(part, at)
@@ -112,7 +119,7 @@ def _model_turn(parts: list, where: str, calls: CallIds, found: GeminiRequest) -
             # call's place, so that the same request reads the same (CallIds).
             read = tool_call(call, lambda _: InvalidRequest(f"{at}.functionCall.args: must be an object.",
                                                             param=f"{at}.functionCall.args"))
-            tool_calls.append(replace(read, id=calls.called(call, at)).to_chat())
+            tool_calls.append(replace(read, id=calls.called(call, at)))
         elif _only_signature(part):
             continue
         else:
@@ -120,10 +127,7 @@ def _model_turn(parts: list, where: str, calls: CallIds, found: GeminiRequest) -
     text = "".join(texts)
     if not text and not tool_calls:
         return []  # a turn of thoughts only: nothing an OpenAI-shaped conversation can carry
-    message: dict = {"role": "assistant", "content": text or None}
-    if tool_calls:
-        message["tool_calls"] = tool_calls
-    return [message]
+    return [Message("assistant", text or None, tuple(tool_calls))]
 
 
 def _only_signature(part: dict) -> bool:

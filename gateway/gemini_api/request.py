@@ -2,6 +2,7 @@
 gateway.gemini_api.contents'): tools, tool config, generation settings, thinking; and countTokens' body."""
 from typing import Any
 
+from gateway.conversation_request import Message
 from gateway.gemini_api.contents import CallIds, system_text, turn_messages
 from gateway.gemini_api.members import GeminiRequest, camel, member, need, need_dict, need_list
 from gateway.upstream.gemini_request import read_calling_config, read_declaration
@@ -32,7 +33,7 @@ def chat_request(body: dict, model_id: str, *, stream: bool = False) -> GeminiRe
     if system is not None:
         text = system_text(system)
         if text:
-            messages.append({"role": "system", "content": text})
+            messages.append(Message("system", text).to_chat())
     contents = member(body, "contents")
     need(isinstance(contents, list) and bool(contents), "contents", "must be a non-empty array of Content objects.")
     calls = CallIds()
@@ -41,7 +42,7 @@ def chat_request(body: dict, model_id: str, *, stream: bool = False) -> GeminiRe
     if not any(message["role"] != "system" for message in messages) and found.native_only:
         # A conversation of parts only a gemini deployment takes (a video, say): it goes there as it is, and
         # any other deployment refuses it (native_only), so this empty turn only keeps the translation whole.
-        messages.append({"role": "user", "content": ""})
+        messages.append(Message("user", "").to_chat())
     tools = member(body, "tools")
     if tools is not None:
         declared = [tool for index, item in enumerate(need_list(tools, "tools"))

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from gateway.conversation import Delta, StopReason, StreamPiece, ToolCall, ToolCallDelta, Usage
-from gateway.conversation_request import ToolResult
+from gateway.conversation_request import Message, ToolResult
 from gateway.upstream.shapes import Malformed, tokens_reported, tool_call_id
 from utils_app.errors import UpstreamRejected
 
@@ -100,14 +100,13 @@ def function_call_part(call: ToolCall, arguments: dict[str, Any] | None = None) 
     return {"functionCall": found}
 
 
-def request_function_call_part(call: ToolCall, arguments: dict[str, Any], entry: Any) -> dict[str, Any]:
+def request_function_call_part(call: ToolCall, arguments: dict[str, Any]) -> dict[str, Any]:
     """An earlier turn's tool call as the functionCall part a request sends back: ``function_call_part``'s
     without the id, as the functionResponse part answering it goes without one (Google pairs the two by
-    name and position), and with the thought signature Gemini gave the call, which the chat ``entry`` the
-    call was read from carries under SIGNATURE_KEY as ``read_parts`` put it there: a Gemini 3 model wants
-    it back."""
+    name and position), and with the thought signature Gemini gave the call, which its extra_content
+    carries under SIGNATURE_KEY as ``read_parts`` put it there: a Gemini 3 model wants it back."""
     part = function_call_part(replace(call, id=""), arguments)
-    extra = entry.get("extra_content") if isinstance(entry, dict) else None
+    extra = call.extra_content
     ours = extra.get(SIGNATURE_KEY) if isinstance(extra, dict) else None
     signature = ours.get("thought_signature") if isinstance(ours, dict) else None  # no other shape is Gemini's
     if isinstance(signature, str) and signature:
@@ -137,10 +136,9 @@ def function_response_part(name: str, result: ToolResult) -> dict[str, Any]:
                                  "response": value if isinstance(value, dict) else {"output": result.content}}}
 
 
-def read_parts(candidate: dict[str, Any],
-               malformed: Malformed) -> tuple[list[str], list[tuple[ToolCall, dict[str, Any] | None]]]:
-    """The answer's text pieces and function calls, each call with the extra_content chat carries beside it:
-    its thought signature under SIGNATURE_KEY as Gemini sent it, else None (thought summaries left out)."""
+def read_parts(candidate: dict[str, Any], malformed: Malformed) -> tuple[list[str], list[ToolCall]]:
+    """The answer's text pieces and function calls, each call with its thought signature as its
+    extra_content, under SIGNATURE_KEY as Gemini sent it (else none); thought summaries left out."""
     content = candidate.get("content") or {}
     parts = content.get("parts") if isinstance(content, dict) else None
     if parts is None:
@@ -155,8 +153,8 @@ def read_parts(candidate: dict[str, Any],
             texts.append(part["text"])
         elif "functionCall" in part:
             signature = part.get("thoughtSignature")
-            calls.append((tool_call(part["functionCall"], malformed),
-                          {SIGNATURE_KEY: {"thought_signature": signature}} if isinstance(signature, str) else None))
+            calls.append(replace(tool_call(part["functionCall"], malformed), extra_content={
+                SIGNATURE_KEY: {"thought_signature": signature}} if isinstance(signature, str) else None))
     return texts, calls
 
 
@@ -216,12 +214,9 @@ def completion(body: dict[str, Any], *, model: str, malformed: Malformed) -> dic
     choices = []
     for position, candidate in enumerate(candidates):
         texts, calls = read_parts(candidate, malformed)
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
-        if calls:
-            message["tool_calls"] = [call.to_chat() if extra is None else {**call.to_chat(), "extra_content": extra}
-                                     for call, extra in calls]
+        message = Message("assistant", "".join(texts) if texts else None, tuple(calls))
         index = candidate.get("index")
-        choices.append({"index": index if type(index) is int else position, "message": message,
+        choices.append({"index": index if type(index) is int else position, "message": message.to_chat(),
                         "logprobs": logprobs(candidate),
                         "finish_reason": finish_reason(candidate.get("finishReason") or "STOP", bool(calls))})
     answer = {"id": completion_id(body), "object": "chat.completion", "created": int(time.time()), "model": model,
@@ -277,8 +272,8 @@ class StreamTranslation:
             texts, calls = read_parts(candidate, malformed)
             text = "".join(texts)
             first = self.calls.get(index, 0)
-            pieces = tuple(ToolCallDelta(first + offset, call.id, call.name, call.arguments, extra)
-                           for offset, (call, extra) in enumerate(calls))
+            pieces = tuple(ToolCallDelta(first + offset, call.id, call.name, call.arguments, call.extra_content)
+                           for offset, call in enumerate(calls))
             if calls:
                 self.calls[index] = first + len(calls)
             reason = candidate.get("finishReason")

@@ -1,21 +1,24 @@
-"""OpenAI-shaped chat messages as Gemini's system instruction and contents (text, images, audio and files
-as parts, tool calls and their results as function calls and responses, each written by
-gateway.upstream.gemini_answer beside its reverse, a function call with its thought signature)."""
+"""OpenAI-shaped chat messages, read as the conversation's turns, as Gemini's system instruction and
+contents (text, images, audio and files as parts, tool calls and their results as function calls and
+responses, each written by gateway.upstream.gemini_answer beside its reverse, a function call with its
+thought signature)."""
 from collections.abc import Callable
 from typing import Any
 
 from gateway.conversation_request import (
     AudioPart,
+    Content,
     FilePart,
     ImagePart,
+    OtherPart,
     Part,
     RefusalPart,
     TextPart,
     ToolResult,
-    part_from_chat,
+    conversation_from_chat,
 )
 from gateway.upstream.gemini_answer import function_response_part, request_function_call_part
-from gateway.upstream.shapes import assistant_tool_calls, data_url, part_unsupported, user_part
+from gateway.upstream.shapes import call_arguments, checked_user_part, data_url, part_unsupported
 from utils_app.errors import InvalidRequest
 
 # Chat's audio formats as Gemini's MIME types, and the types Gemini reads as each (audio/x-wav and audio/mpeg
@@ -43,30 +46,29 @@ def conversation(messages: list[dict[str, Any]],
         _add(contents, "user", [part for _, part in sorted(results, key=lambda result: result[0])])
         results.clear()
 
-    for index, message in enumerate(messages):
-        role, where = message["role"], f"messages.{index}"
-        if role in ("system", "developer"):
-            system.extend(_parts(message.get("content"), where))
-        elif role == "tool":
-            result = ToolResult.from_chat(message)
-            call = calls.get(result.call_id)
+    for index, turn in enumerate(conversation_from_chat(messages)):
+        where = f"messages.{index}"
+        if isinstance(turn, ToolResult):
+            call = calls.get(turn.call_id)
             if call is None:
                 raise InvalidRequest(f"{where}.tool_call_id matches no tool call of an earlier assistant message; "
                                      f"send the assistant message with its tool_calls before the results.",
                                      param=f"{where}.tool_call_id")
             name, position = call
-            results.append((position, function_response_part(name, result)))
-        elif role == "assistant":
+            results.append((position, function_response_part(name, turn)))
+        elif turn.role in ("system", "developer"):
+            system.extend(_parts(turn.content, where))
+        elif turn.role == "assistant":
             flush_results()
-            parts = _parts(message.get("content"), where)
-            for position, (tool_call, arguments, entry) in enumerate(assistant_tool_calls(message, where)):
+            parts = _parts(turn.content, where)
+            for position, (tool_call, arguments) in enumerate(call_arguments(turn, where)):
                 if tool_call.id:
                     calls[tool_call.id] = (tool_call.name, position)
-                parts.append(request_function_call_part(tool_call, arguments, entry))
+                parts.append(request_function_call_part(tool_call, arguments))
             _add(contents, "model", parts)
         else:
             flush_results()
-            _add(contents, "user", _parts(message.get("content"), where, fetch_image))
+            _add(contents, "user", _parts(turn.content, where, fetch_image))
     flush_results()
     return system, contents
 
@@ -125,21 +127,21 @@ def gemini_part(part: Part, where: str, fetch_image: FetchImage | None = None) -
     raise part_unsupported(part.to_chat(), where)
 
 
-def _parts(content: Any, where: str, fetch_image: FetchImage | None = None) -> list[dict[str, Any]]:
+def _parts(content: Content | None, where: str, fetch_image: FetchImage | None = None) -> list[dict[str, Any]]:
     """A message's content as Gemini's parts: text (an earlier answer's refusal as text), and in a user's
     turn (given ``fetch_image``) images, audio and files too. An empty text is left out; any other part is
-    refused, naming it."""
+    refused, naming it (audio that cannot be read as a 400)."""
     if not isinstance(content, list):
         return [{"text": content}] if content else []
     takes = (TextPart, ImagePart, AudioPart, FilePart) if fetch_image else (TextPart, RefusalPart)
     parts = []
     for index, found in enumerate(content):
         at = f"{where}.content.{index}"
-        part = user_part(found, at) if fetch_image else part_from_chat(found)
-        if part is None and fetch_image and found.get("type") == "input_audio":
+        part = checked_user_part(found, at) if fetch_image else found
+        if isinstance(part, OtherPart) and fetch_image and part.raw.get("type") == "input_audio":
             raise _audio_refused(at)
         if not isinstance(part, takes):
-            raise part_unsupported(found, at)
+            raise part_unsupported(part.to_chat(), at)
         written = gemini_part(part, at, fetch_image)
         if written is not None:
             parts.append(written)

@@ -29,6 +29,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from gateway.conversation import ToolCall
+from gateway.conversation_request import Message, OtherPart, TextPart, ToolResult, Turn
 from gateway.local_schema import SchemaValues
 from gateway.tokens import count_tokens_in_place
 from utils_app import event_loop
@@ -45,38 +46,36 @@ def digest(*parts: str | int | float) -> bytes:
 _QUOTE_CHARS = 200
 
 
-def _message_text(content) -> str:
-    """The text of a chat message's content: a string, a list of content parts, or None."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if isinstance(part, str):
-                texts.append(part)
-            elif isinstance(part, dict) and isinstance(part.get("text"), str):
-                texts.append(part["text"])
-        return " ".join(texts)
-    return ""
+def _text(turn: Turn) -> str:
+    """The text of a turn: its content as a string, or the text of its parts (a text part's, and that of a
+    part of another type that carries a string ``text``) joined by spaces; "" when it has none."""
+    content = turn.content
+    if not isinstance(content, list):
+        return content or ""
+    texts = (part.text if isinstance(part, TextPart) else part.raw.get("text") if isinstance(part, OtherPart) else None
+             for part in content)
+    return " ".join(text for text in texts if isinstance(text, str))
 
 
-def chat_reply(messages: list[dict]) -> str:
+def _role(turn: Turn) -> str:
+    return turn.role if isinstance(turn, Message) else "tool"
+
+
+def chat_reply(messages: Sequence[Turn]) -> str:
     """The reply of `local-chat`: it names itself, measures and quotes the last user message.
 
     Deterministic: the same messages always give the same reply. The fingerprint covers the
     whole conversation, so two conversations that end alike still get different replies.
     """
-    characters = sum(len(_message_text(m.get("content"))) for m in messages or () if isinstance(m, dict))
+    characters = sum(len(_text(turn)) for turn in messages)
     return event_loop.run(_chat_reply, characters // 4, messages)
 
 
-def _chat_reply(messages: list[dict]) -> str:
+def _chat_reply(messages: Sequence[Turn]) -> str:
     last_user = None
-    for message in reversed(messages or []):
-        if isinstance(message, dict) and message.get("role") == "user":
-            last_user = _message_text(message.get("content"))
+    for turn in reversed(messages):
+        if _role(turn) == "user":
+            last_user = _text(turn)
             break
     fingerprint = _fingerprint(messages)
     if last_user is None or not last_user.strip():
@@ -96,11 +95,9 @@ def _chat_reply(messages: list[dict]) -> str:
     )
 
 
-def _fingerprint(messages: list[dict]) -> str:
-    """A short stable digest of the whole conversation."""
-    return digest(*(
-        f"{m.get('role')}:{_message_text(m.get('content'))}" for m in (messages or []) if isinstance(m, dict)
-    )).hex()[:12]
+def _fingerprint(messages: Sequence[Turn]) -> str:
+    """A short stable digest of the whole conversation: each turn's role and text."""
+    return digest(*(f"{_role(turn)}:{_text(turn)}" for turn in messages)).hex()[:12]
 
 
 def _how_many(count: int, noun: str) -> str:
@@ -136,7 +133,7 @@ class ChatAnswer:
     tool_call: ToolCall | None = None
 
 
-def chat_answer(messages: list[dict], *, tools: Sequence[tuple[str, dict | bool]] = (), call: str = "auto",
+def chat_answer(messages: Sequence[Turn], *, tools: Sequence[tuple[str, dict | bool]] = (), call: str = "auto",
                 schema: dict | bool | None = None, strict: bool = False) -> ChatAnswer:
     """The answer of `local-chat` to a conversation, given the client's function tools as (name, JSON schema
     of the arguments), whether it must call one of them (``call``: "none", "auto" or "required"; a forced
@@ -152,13 +149,12 @@ def chat_answer(messages: list[dict], *, tools: Sequence[tuple[str, dict | bool]
     string (or an array of strings: the text's words); every other required parameter gets a value its
     schema accepts (``tool_arguments``). Deterministic: the same request, the same answer and call id.
     """
-    messages = [m for m in messages or () if isinstance(m, dict)]
     tools = [(name, parameters) for name, parameters in tools if isinstance(name, str) and name]
-    characters = sum(len(_message_text(m.get("content"))) for m in messages)
+    characters = sum(len(_text(turn)) for turn in messages)
     return event_loop.run(_chat_answer, characters // 4, messages, tools, call, schema, strict)
 
 
-def _chat_answer(messages: list[dict], tools: list[tuple[str, dict | bool]], call: str, schema,
+def _chat_answer(messages: Sequence[Turn], tools: list[tuple[str, dict | bool]], call: str, schema,
                  strict: bool) -> ChatAnswer:
     results = _tool_results(messages)
     if call in ("auto", "required") and tools:
@@ -174,10 +170,10 @@ def _chat_answer(messages: list[dict], tools: list[tuple[str, dict | bool]], cal
     return ChatAnswer(text=json.dumps(document, ensure_ascii=False))
 
 
-def _last_user_text(messages: list[dict]) -> str:
-    for message in reversed(messages):
-        if message.get("role") == "user":
-            return _message_text(message.get("content"))
+def _last_user_text(messages: Sequence[Turn]) -> str:
+    for turn in reversed(messages):
+        if _role(turn) == "user":
+            return _text(turn)
     return ""
 
 
@@ -190,37 +186,33 @@ def _tool_named(text: str, names: list[str]) -> tuple[str, str] | None:
     return found
 
 
-def _tool_results(messages: list[dict]) -> list[dict]:
-    """The tool results of the current turn: tool messages after the last assistant message."""
+def _tool_results(messages: Sequence[Turn]) -> list[ToolResult]:
+    """The tool results of the current turn: those after the last assistant message."""
     results = []
-    for message in reversed(messages):
-        if message.get("role") == "assistant":
+    for turn in reversed(messages):
+        if isinstance(turn, Message) and turn.role == "assistant":
             break
-        if message.get("role") == "tool":
-            results.append(message)
+        if isinstance(turn, ToolResult):
+            results.append(turn)
     return results[::-1]
 
 
-def _tool_result_reply(messages: list[dict], results: list[dict]) -> str:
-    names = {}  # tool call id -> the function's name, from the assistant's calls
-    for message in messages:
-        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
-        for call in calls if isinstance(calls, list) else ():
-            function = call.get("function") if isinstance(call, dict) else None
-            if isinstance(function, dict) and isinstance(call.get("id"), str):
-                names[call["id"]] = function.get("name")
+def _tool_result_reply(messages: Sequence[Turn], results: list[ToolResult]) -> str:
+    # tool call id -> the function's name, from the assistant's calls (a later call of an id wins)
+    names = {call.id: call.name for turn in messages if isinstance(turn, Message) and turn.role == "assistant"
+             for call in turn.tool_calls}
     quotes = []
     for result in results:
-        name = names.get(result.get("tool_call_id"))
-        quote = " ".join(_message_text(result.get("content")).split())
+        name = names.get(result.call_id)
+        quote = " ".join(result.content.split())
         if len(quote) > _QUOTE_CHARS:
             quote = quote[:_QUOTE_CHARS].rstrip() + "…"
-        quotes.append(f"The tool {name if isinstance(name, str) and name else 'you ran'} returned: \"{quote}\"")
+        quotes.append(f"The tool {name or 'you ran'} returned: \"{quote}\"")
     return ("This is local-chat, a deterministic test model running inside the gateway (not an AI). "
             f"{' '.join(quotes)} Fingerprint {_fingerprint(messages)}.")
 
 
-def _tool_call(messages: list[dict], name: str, parameters, text: str) -> ToolCall:
+def _tool_call(messages: Sequence[Turn], name: str, parameters, text: str) -> ToolCall:
     arguments = json.dumps(tool_arguments(parameters, text), ensure_ascii=False)
     return ToolCall(id="call_" + digest("tool call", _fingerprint(messages), name, arguments).hex()[:24],
                     name=name, arguments=arguments)

@@ -8,13 +8,16 @@ from gateway.chat_serializers import ChatCompletionRequest
 from gateway.conversation_request import (
     FilePart,
     ImagePart,
+    Message,
     Part,
+    Role,
     TextPart,
     Tool,
     ToolChoice,
     ToolMode,
     ToolResult,
-    content_text,
+    Turn,
+    conversation_to_chat,
 )
 from gateway.responses.request import check_request, need
 from gateway.responses.store import conversation, previous
@@ -38,12 +41,10 @@ CUSTOM_INPUT = {"type": "object", "properties": {"input": {"type": "string", "de
 def chat_params(body: dict, items: list[dict], ignored: list[str]) -> tuple[dict, set[str]]:
     """The chat request for a Responses request over ``items`` (validated afterwards as every chat request
     is), and the names of its custom tools; what has no chat equivalent is named in ``ignored``."""
-    messages: list[dict] = []
-    if body.get("instructions"):
-        messages.append({"role": "system", "content": body["instructions"]})
+    turns: list[Turn] = [Message("system", body["instructions"])] if body.get("instructions") else []
     for index, item in enumerate(items):
-        _chat_item(item, f"input.{index}", messages, ignored)
-    params: dict[str, Any] = {"model": body["model"], "messages": messages}
+        _chat_item(item, f"input.{index}", turns, ignored)
+    params: dict[str, Any] = {"model": body["model"], "messages": conversation_to_chat(turns)}
     tools, customs = chat_tools(body.get("tools") or [], ignored)
     if tools:
         params["tools"] = tools
@@ -87,16 +88,13 @@ def chat_params(body: dict, items: list[dict], ignored: list[str]) -> tuple[dict
     return params, customs
 
 
-def _chat_item(item: dict, where: str, messages: list[dict], ignored: list[str]) -> None:
+def _chat_item(item: dict, where: str, turns: list[Turn], ignored: list[str]) -> None:
     kind = item.get("type")
     if kind == "message":
         role = item.get("role")
         need(role in ROLES, f"{where}.role", f"must be one of {', '.join(ROLES)}.")
         content = _content(item.get("content"), f"{where}.content", role == "assistant", ignored)
-        if role == "assistant":
-            messages.append({"role": "assistant", "content": content_text(content)})
-        else:
-            messages.append({"role": role, "content": content if role == "user" else content_text(content)})
+        turns.append(Message(cast(Role, role), content if role == "user" else _text(content)))  # need checked it
     elif kind in ("function_call", "custom_tool_call"):
         need(isinstance(item.get("name"), str) and bool(item["name"]), f"{where}.name", "is required.")
         need(isinstance(item.get("call_id"), str) and bool(item["call_id"]), f"{where}.call_id", "is required.")
@@ -104,34 +102,33 @@ def _chat_item(item: dict, where: str, messages: list[dict], ignored: list[str])
             need(isinstance(item.get("arguments"), str), f"{where}.arguments", "must be a string of JSON.")
         else:
             need(isinstance(item.get("input"), str), f"{where}.input", "must be a string.")
-        call = input_tool_call(item).to_chat()
-        last = messages[-1] if messages else None
-        if last is not None and last["role"] == "assistant":
-            last.setdefault("tool_calls", []).append(call)
-            last["content"] = last.get("content") or None
+        call = input_tool_call(item)
+        last = turns[-1] if turns else None
+        if isinstance(last, Message) and last.role == "assistant":  # its calls, after any text it wrote
+            turns[-1] = replace(last, content=last.content or None, tool_calls=(*last.tool_calls, call))
         else:
-            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            turns.append(Message("assistant", tool_calls=(call,)))
     elif kind in ("function_call_output", "custom_tool_call_output"):
         need(isinstance(item.get("call_id"), str) and bool(item["call_id"]), f"{where}.call_id", "is required.")
         output: Any = item.get("output")
         if isinstance(output, list):
-            output = content_text(_content(output, f"{where}.output", True, ignored))
+            output = _text(_content(output, f"{where}.output", True, ignored))
         need(isinstance(output, str), f"{where}.output", "must be a string or an array of content parts.")
-        messages.append(ToolResult(call_id=item["call_id"], content=output).to_chat())
+        turns.append(ToolResult(call_id=item["call_id"], content=output))
     elif kind == "reasoning":
         return  # an earlier turn's reasoning: the answer it led to is what the next turn needs
     else:
         ignored.append(f"input:{kind}")
 
 
-def _content(content: Any, where: str, text_only: bool, ignored: list[str]) -> Any:
-    """A message's content as chat's: a string, or parts (``input_part``). A part chat cannot carry (an
-    uploaded file by its id, a part of a newer type) is left out and named: a deployment that speaks the
+def _content(content: Any, where: str, text_only: bool, ignored: list[str]) -> str | list[Part]:
+    """A message's content as the neutral one: a string, or parts (``input_part``). A part chat cannot carry
+    (an uploaded file by its id, a part of a newer type) is left out and named: a deployment that speaks the
     Responses API gets it as it came."""
     if isinstance(content, str):
         return content
     need(isinstance(content, list), where, "must be a string or an array of content parts.")
-    parts: list[dict] = []
+    parts: list[Part] = []
     for index, part in enumerate(content):
         at = f"{where}.{index}"
         need(isinstance(part, dict) and isinstance(part.get("type"), str), at, "must be a content part with a type.")
@@ -139,8 +136,16 @@ def _content(content: Any, where: str, text_only: bool, ignored: list[str]) -> A
         if read is None:
             ignored.append(at)
         else:
-            parts.append(read.to_chat())
+            parts.append(read)
     return parts
+
+
+def _text(content: str | list[Part]) -> str:
+    """The text of a content: a string, or its text parts joined by spaces (what a system, developer or
+    assistant message, and a tool's output, carry to chat)."""
+    if isinstance(content, str):
+        return content
+    return " ".join(part.text for part in content if isinstance(part, TextPart))
 
 
 def input_part(part: dict, where: str, text_only: bool) -> Part | None:

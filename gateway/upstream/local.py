@@ -19,7 +19,7 @@ from typing import Any
 
 from gateway import local_media, local_models
 from gateway.conversation import Usage
-from gateway.conversation_request import Tool, ToolChoice
+from gateway.conversation_request import Tool, ToolChoice, conversation_from_chat
 from gateway.media_serializers import IMAGE_DEFAULTS, SPEECH_DEFAULTS, image_dimensions
 from gateway.tokens import count_tokens
 from gateway.upstream import register
@@ -35,16 +35,14 @@ def _completion_id() -> str:
 
 
 def _function_tools(tools: Any) -> list[tuple[str, dict[str, Any] | bool]]:
-    """(name, parameters schema) of each function tool; tools of other types are not called by local-chat."""
+    """(name, parameters schema) of each function tool, read once as a Tool: one without parameters (or with
+    null ones, which chat's validation takes) has an empty schema; tools of other types are not called by
+    local-chat."""
     found: list[tuple[str, dict[str, Any] | bool]] = []
-    for index, tool in enumerate(tools or ()):
+    for tool in tools or ():
         function = Tool.from_chat(tool)
-        if function is None:
-            continue
-        if not isinstance(tool["function"].get("parameters", {}), dict):
-            raise InvalidRequest(f"tools.{index}.function.parameters must be a JSON schema object.",
-                                 param=f"tools.{index}.function.parameters")
-        found.append((function.name, {} if function.parameters is None else function.parameters))
+        if function is not None:
+            found.append((function.name, {} if function.parameters is None else function.parameters))
     return found
 
 
@@ -101,7 +99,8 @@ def _answer_schema(response_format: Any) -> tuple[dict[str, Any] | bool | None, 
 def _answer(payload: dict[str, Any]) -> local_models.ChatAnswer:
     call, tools = _tool_choice(payload.get("tool_choice"), _function_tools(payload.get("tools")))
     schema, strict = _answer_schema(payload.get("response_format"))
-    return local_models.chat_answer(payload["messages"], tools=tools, call=call, schema=schema, strict=strict)
+    return local_models.chat_answer(conversation_from_chat(payload["messages"]), tools=tools, call=call,
+                                    schema=schema, strict=strict)
 
 
 def _prompt_tokens(payload: dict[str, Any]) -> int:

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 from gateway.conversation import (Delta, PassedThrough, StopReason, StreamPiece, ToolCall, ToolCallDelta, Usage,
                                   token_count)
+from gateway.conversation_request import Message
 from gateway.media_serializers import SPEECH_DEFAULTS
 from gateway.upstream import register
 from gateway.upstream.base import HttpAdapter
@@ -290,20 +291,19 @@ def custom_tool_call_item(call: ToolCall, *, item_id: str) -> dict[str, Any]:
 
 def responses_completion(response: dict[str, Any]) -> dict[str, Any]:
     """A response object as the chat.completion the metering reads: its text, its tool calls, its finish."""
-    texts, calls = [], []
+    texts: list[str] = []
+    calls: list[ToolCall] = []
     for item in response["output"]:
         if item.get("type") == "message":
             texts += [part["text"] for part in item.get("content") or ()
                       if isinstance(part, dict) and isinstance(part.get("text"), str)]
         elif item.get("type") in ("function_call", "custom_tool_call"):
-            calls.append(response_tool_call(item).to_chat())
+            calls.append(response_tool_call(item))
     details = response.get("incomplete_details")
     reason = details.get("reason") if isinstance(details, dict) else None
     finish = FINISHES.get(str(reason), StopReason.LENGTH).value if response.get("status") == "incomplete" else (
         StopReason.TOOL_CALLS.value if calls else StopReason.STOP.value)
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
-    if calls:
-        message["tool_calls"] = calls
+    message = Message("assistant", "".join(texts), tuple(calls)).to_chat()
     completion = {"id": response.get("id"), "object": "chat.completion",
                   "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
     if isinstance(response.get("usage"), dict):

@@ -12,6 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from gateway import local_models
+from gateway.conversation_request import conversation_from_chat
 from keys.ledger import mismatches
 from keys.models import LedgerEntry
 from models_catalog.models import UsageEvent
@@ -39,6 +40,16 @@ SHELL_SCHEMA = {"type": "object", "properties": {"command": {"type": "array", "i
                                                  "timeout": {"type": "integer"}}, "required": ["command"]}
 
 
+def chat_answer(messages: list[dict], **options):
+    """The model's answer to chat's messages, read as the local adapter reads them."""
+    return local_models.chat_answer(conversation_from_chat(messages), **options)
+
+
+def chat_reply(messages: list[dict]) -> str:
+    """The model's reply to chat's messages, read as the local adapter reads them."""
+    return local_models.chat_reply(conversation_from_chat(messages))
+
+
 def function_tools(*tools) -> list[tuple[str, dict]]:
     return [(tool["function"]["name"], tool["function"]["parameters"]) for tool in tools]
 
@@ -51,7 +62,7 @@ def user(text: str) -> list[dict]:
 
 def test_with_auto_a_use_line_anywhere_in_the_last_user_message_calls_that_tool_with_the_rest_of_the_line():
     prompt = "Context an agent put first.\nPlease use get_weather: Paris, France  \nThanks!"
-    answer = local_models.chat_answer(user(prompt), tools=function_tools(SEARCH, WEATHER))
+    answer = chat_answer(user(prompt), tools=function_tools(SEARCH, WEATHER))
     assert answer.text == "" and answer.tool_call.name == "get_weather"
     assert json.loads(answer.tool_call.arguments) == {"city": "Paris, France"}
     assert answer.tool_call.id.startswith("call_")
@@ -64,21 +75,21 @@ def test_with_auto_a_use_line_anywhere_in_the_last_user_message_calls_that_tool_
     ("use get_weather: Paris", "none"),
 ])
 def test_otherwise_it_answers_in_text_that_names_it(prompt, call):
-    answer = local_models.chat_answer(user(prompt), tools=function_tools(WEATHER), call=call)
+    answer = chat_answer(user(prompt), tools=function_tools(WEATHER), call=call)
     assert answer.tool_call is None
-    assert answer.text == local_models.chat_reply(user(prompt)) and "local-chat" in answer.text
+    assert answer.text == chat_reply(user(prompt)) and "local-chat" in answer.text
 
 
 def test_the_last_use_line_naming_a_tool_wins_and_only_the_last_user_message_counts():
     messages = [{"role": "user", "content": "use search: old"}, {"role": "assistant", "content": "ok"},
                 {"role": "user", "content": "use get_weather: Rome\nuse nothing: x\nuse search: cheap flights"}]
-    answer = local_models.chat_answer(messages, tools=function_tools(WEATHER, SEARCH))
+    answer = chat_answer(messages, tools=function_tools(WEATHER, SEARCH))
     assert answer.tool_call.name == "search"
     assert json.loads(answer.tool_call.arguments)["query"] == "cheap flights"
 
 
 def test_the_text_fills_the_first_required_string_and_every_other_required_parameter_gets_a_value_its_schema_accepts():
-    answer = local_models.chat_answer(user("use search: hotels in Lyon"), tools=function_tools(SEARCH))
+    answer = chat_answer(user("use search: hotels in Lyon"), tools=function_tools(SEARCH))
     arguments = json.loads(answer.tool_call.arguments)
     jsonschema.validate(arguments, SEARCH_SCHEMA)
     assert arguments["query"] == "hotels in Lyon"
@@ -86,38 +97,38 @@ def test_the_text_fills_the_first_required_string_and_every_other_required_param
 
 
 def test_an_array_of_strings_gets_the_text_split_into_words():
-    answer = local_models.chat_answer(user("use shell: ls -la /tmp"), tools=[("shell", SHELL_SCHEMA)])
+    answer = chat_answer(user("use shell: ls -la /tmp"), tools=[("shell", SHELL_SCHEMA)])
     assert json.loads(answer.tool_call.arguments) == {"command": ["ls", "-la", "/tmp"]}
 
 
 def test_required_calls_the_first_tool_with_the_last_user_message_when_no_use_line_names_one():
-    answer = local_models.chat_answer(user("Weather in Oslo?"), tools=function_tools(WEATHER, SEARCH),
-                                      call="required")
+    answer = chat_answer(user("Weather in Oslo?"), tools=function_tools(WEATHER, SEARCH),
+                         call="required")
     assert answer.tool_call.name == "get_weather"
     assert json.loads(answer.tool_call.arguments) == {"city": "Weather in Oslo?"}
-    named = local_models.chat_answer(user("first\nuse search: flights"), tools=function_tools(WEATHER, SEARCH),
-                                     call="required")
+    named = chat_answer(user("first\nuse search: flights"), tools=function_tools(WEATHER, SEARCH),
+                        call="required")
     assert named.tool_call.name == "search" and json.loads(named.tool_call.arguments)["query"] == "flights"
 
 
 def test_after_a_tool_result_it_answers_quoting_it_and_naming_the_tool_even_if_the_prompt_asks_for_the_tool():
-    call = local_models.chat_answer(user("use get_weather: Paris"), tools=function_tools(WEATHER)).tool_call
+    call = chat_answer(user("use get_weather: Paris"), tools=function_tools(WEATHER)).tool_call
     messages = [*user("use get_weather: Paris"),
                 {"role": "assistant", "content": None, "tool_calls": [
                     {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}]},
                 {"role": "tool", "tool_call_id": call.id, "content": "Sunny, 21 °C"}]
-    answer = local_models.chat_answer(messages, tools=function_tools(WEATHER))
+    answer = chat_answer(messages, tools=function_tools(WEATHER))
     assert answer.tool_call is None
     assert 'The tool get_weather returned: "Sunny, 21 °C"' in answer.text and "local-chat" in answer.text
     # A forced tool is still called: the client asked for nothing else.
-    assert local_models.chat_answer(messages, tools=function_tools(WEATHER), call="required").tool_call is not None
+    assert chat_answer(messages, tools=function_tools(WEATHER), call="required").tool_call is not None
 
 
 def test_calls_and_their_ids_are_deterministic():
     tools = function_tools(WEATHER)
-    first = local_models.chat_answer(user("use get_weather: Paris"), tools=tools)
-    assert first == local_models.chat_answer(user("use get_weather: Paris"), tools=tools)
-    assert first.tool_call.id != local_models.chat_answer(user("use get_weather: Rome"), tools=tools).tool_call.id
+    first = chat_answer(user("use get_weather: Paris"), tools=tools)
+    assert first == chat_answer(user("use get_weather: Paris"), tools=tools)
+    assert first.tool_call.id != chat_answer(user("use get_weather: Rome"), tools=tools).tool_call.id
 
 
 SCHEMAS = [
@@ -156,24 +167,24 @@ SCHEMAS = [
 
 @pytest.mark.parametrize("schema", SCHEMAS)
 def test_a_json_schema_format_is_answered_with_a_document_the_schema_accepts(schema):
-    answer = local_models.chat_answer(user("Describe Paris"), schema=schema)
+    answer = chat_answer(user("Describe Paris"), schema=schema)
     assert answer.tool_call is None
     jsonschema.validators.validator_for(schema)(schema).validate(json.loads(answer.text))
 
 
 def test_a_string_schema_is_answered_with_the_reply_itself():
-    answer = local_models.chat_answer(user("Describe Paris"), schema={"type": "string"})
-    assert json.loads(answer.text) == local_models.chat_reply(user("Describe Paris"))
+    answer = chat_answer(user("Describe Paris"), schema={"type": "string"})
+    assert json.loads(answer.text) == chat_reply(user("Describe Paris"))
 
 
 def test_a_strict_schema_gets_every_property_and_the_reply_in_its_first_required_string():
     schema = {"type": "object", "properties": {"score": {"type": "number"}, "summary": {"type": "string"},
                                                "extra": {"type": ["string", "null"]}},
               "required": ["score", "summary"], "additionalProperties": False}
-    loose = json.loads(local_models.chat_answer(user("Rate Paris"), schema=schema).text)
-    strict = json.loads(local_models.chat_answer(user("Rate Paris"), schema=schema, strict=True).text)
+    loose = json.loads(chat_answer(user("Rate Paris"), schema=schema).text)
+    strict = json.loads(chat_answer(user("Rate Paris"), schema=schema, strict=True).text)
     assert set(loose) == {"score", "summary"} and set(strict) == {"score", "summary", "extra"}
-    assert loose["summary"] == local_models.chat_reply(user("Rate Paris"))
+    assert loose["summary"] == chat_reply(user("Rate Paris"))
 
 
 HOSTILE = [
@@ -192,9 +203,9 @@ HOSTILE = [
 
 @pytest.mark.parametrize("schema", HOSTILE)
 def test_a_hostile_schema_gets_a_bounded_answer(schema):
-    answer = local_models.chat_answer(user("Hi"), schema=schema, strict=True)
+    answer = chat_answer(user("Hi"), schema=schema, strict=True)
     assert len(answer.text) < 200_000
-    call = local_models.chat_answer(user("Hi"), tools=[("tool", schema)], call="required").tool_call
+    call = chat_answer(user("Hi"), tools=[("tool", schema)], call="required").tool_call
     assert isinstance(json.loads(call.arguments), dict) and len(call.arguments) < 200_000
 
 
@@ -202,11 +213,11 @@ def test_the_examples_of_the_docs_are_what_it_answers():
     docs = (Path(__file__).resolve().parents[2] / "docs" / "local-models.md").read_text()
     prose, after_result = [" ".join(block.split()) for block in re.findall(r"```text\n(.*?)```", docs, re.S)
                            if block.startswith("This is local-chat")]
-    assert prose == local_models.chat_answer(user("Hello there")).text
+    assert prose == chat_answer(user("Hello there")).text
     call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
     messages = [*user("use get_weather: Paris"), {"role": "assistant", "content": None, "tool_calls": [call]},
                 {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 °C"}]
-    assert after_result == local_models.chat_answer(messages, tools=function_tools(WEATHER)).text
+    assert after_result == chat_answer(messages, tools=function_tools(WEATHER)).text
 
 
 # ---------------------------------------------------------------- through the openai SDK
@@ -348,7 +359,7 @@ def test_a_json_schema_with_refs_and_a_json_object_through_the_openai_sdk(sdk):
     plain = client.chat.completions.create(model="local-chat", messages=[{"role": "user", "content": "Find it"}],
                                            response_format={"type": "json_object"})
     assert json.loads(plain.choices[0].message.content) == {
-        "model": "local-chat", "reply": local_models.chat_reply([{"role": "user", "content": "Find it"}])}
+        "model": "local-chat", "reply": chat_reply([{"role": "user", "content": "Find it"}])}
     charged(key, 2)
 
 

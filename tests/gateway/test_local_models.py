@@ -8,7 +8,13 @@ import zlib
 import pytest
 
 from gateway import local_media, local_models
+from gateway.conversation_request import conversation_from_chat
 from utils_app import event_loop
+
+
+def chat_reply(messages: list[dict]) -> str:
+    """The model's reply to chat's messages, read as the local adapter reads them."""
+    return local_models.chat_reply(conversation_from_chat(messages))
 
 
 # ---------------------------------------------------------------- helpers
@@ -48,15 +54,15 @@ def test_chat_reply_is_deterministic_and_quotes_the_last_user_message():
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "What is the capital of France?"},
     ]
-    first = local_models.chat_reply(messages)
-    assert first == local_models.chat_reply([dict(m) for m in messages])
+    first = chat_reply(messages)
+    assert first == chat_reply([dict(m) for m in messages])
     assert "What is the capital of France?" in first
     assert "6 words" in first
 
 
 def test_chat_reply_differs_for_different_prompts():
-    one = local_models.chat_reply([{"role": "user", "content": "one"}])
-    two = local_models.chat_reply([{"role": "user", "content": "two"}])
+    one = chat_reply([{"role": "user", "content": "one"}])
+    two = chat_reply([{"role": "user", "content": "two"}])
     assert one != two
 
 
@@ -69,18 +75,18 @@ def test_chat_reply_reads_content_parts_and_skips_null_content():
                                                                "function": {"name": "f", "arguments": "{}"}}]},
         {"role": "tool", "tool_call_id": "c1", "content": "42"},
     ]
-    reply = local_models.chat_reply(messages)
+    reply = chat_reply(messages)
     assert '"Describe this picture"' in reply
 
 
 def test_chat_reply_without_user_text_says_so():
-    reply = local_models.chat_reply([{"role": "system", "content": "You are terse."}])
+    reply = chat_reply([{"role": "system", "content": "You are terse."}])
     assert "no user text" in reply
-    assert local_models.chat_reply([]) == local_models.chat_reply([])
+    assert chat_reply([]) == chat_reply([])
 
 
 def test_chat_reply_quotes_at_most_a_bounded_excerpt_of_long_prompts():
-    reply = local_models.chat_reply([{"role": "user", "content": "word " * 5000}])
+    reply = chat_reply([{"role": "user", "content": "word " * 5000}])
     assert "5000 words" in reply
     assert len(reply) < 600
 
@@ -227,7 +233,7 @@ def test_under_gevent_the_models_answer_exactly_as_in_place(as_under_gevent):
     big_text = "word " * 20_000
     results = (local_media.render_png(1024, 512, "a fox", seed=2), local_media.embed(big_text, 64),
                local_media.synthesize_wav("Hello there", voice="alloy"),
-               local_models.chat_reply([{"role": "user", "content": big_text}]))
+               chat_reply([{"role": "user", "content": big_text}]))
     assert as_under_gevent._pool is not None  # the big ones went to the threads
 
     as_under_gevent._pool = None
@@ -235,7 +241,7 @@ def test_under_gevent_the_models_answer_exactly_as_in_place(as_under_gevent):
         patch.setattr(event_loop.monkey, "is_module_patched", lambda name: False)
         in_place = (local_media.render_png(1024, 512, "a fox", seed=2), local_media.embed(big_text, 64),
                     local_media.synthesize_wav("Hello there", voice="alloy"),
-                    local_models.chat_reply([{"role": "user", "content": big_text}]))
+                    chat_reply([{"role": "user", "content": big_text}]))
     assert results == in_place
     assert as_under_gevent._pool is None
 

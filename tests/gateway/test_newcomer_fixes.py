@@ -9,6 +9,7 @@ from django.core.cache import cache
 from rest_framework.renderers import JSONRenderer
 
 from gateway import local_models
+from gateway.conversation_request import conversation_from_chat
 from gateway.media_views import wants_raw_audio
 from keys import auth_cache
 from keys.models import ApiKey
@@ -18,6 +19,11 @@ from tests.gateway.conftest import post
 
 pytestmark = pytest.mark.django_db
 SPEECH = "/v1/audio/speech"
+
+
+def chat_reply(messages: list[dict]) -> str:
+    """The model's reply to chat's messages, read as the local adapter reads them."""
+    return local_models.chat_reply(conversation_from_chat(messages))
 
 
 def summaries(caplog) -> list[dict]:
@@ -31,7 +37,7 @@ def summaries(caplog) -> list[dict]:
     ("Hello there, friend", "3 words, 19 characters and about 5 tokens."),
 ])
 def test_the_local_chat_counts_in_words_that_agree_with_their_numbers(text, counted):
-    reply = local_models.chat_reply([{"role": "user", "content": text}])
+    reply = chat_reply([{"role": "user", "content": text}])
     assert f"Your message has {counted} You wrote:" in reply
 
 

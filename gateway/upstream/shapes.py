@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.conversation import PassedThrough, ToolCall
-from gateway.conversation_request import Message, OtherPart, Part, Tool, ToolChoice, content_text, part_from_chat
+from gateway.conversation_request import Message, OtherPart, Part, Tool, ToolChoice, content_text
 from utils_app.errors import InvalidRequest, UnsupportedParameter, UpstreamError
 
 DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)(?:;[^,;]*)*;base64,(?P<data>.*)\Z", re.S)
@@ -115,15 +115,6 @@ def data_url(url: str, where: str) -> tuple[str, str]:
     return match["type"], match["data"]
 
 
-def user_part(found: dict[str, Any], where: str) -> Part | None:
-    """A part of a user message's content, as the translating adapters read it (``part_from_chat``): an image
-    without a URL is a 400 naming it; None for a part that cannot be read, which the adapter refuses."""
-    part = part_from_chat(found)
-    if part is None and found.get("type") == "image_url":
-        raise InvalidRequest(f"{where}.image_url needs a url.", param=f"{where}.image_url")
-    return part
-
-
 def checked_user_part(part: Part | OtherPart, where: str) -> Part | OtherPart:
     """A part of a user message as the translating adapters take it: an image without a URL (an OtherPart of
     type image_url) is a 400 naming it; any other part as it is, for the adapter to map or refuse."""
@@ -181,31 +172,4 @@ def call_arguments(message: Message, where: str) -> list[tuple[ToolCall, dict[st
             raise InvalidRequest(f"{where_call}.function.arguments must be a JSON object, as the model sent it.",
                                  param=f"{where_call}.function.arguments")
         calls.append((call, args))
-    return calls
-
-
-def assistant_tool_calls(message: dict[str, Any], where: str) -> list[tuple[ToolCall, dict[str, Any], Any]]:
-    """An assistant message's earlier tool calls (and the older single function_call, last) as neutral tool
-    calls, for an adapter that sends their arguments as an object: each with that object, parsed here once,
-    and the chat entry it was read from (Gemini's thought signature rides on it). A function without a
-    string name, or arguments that are not a JSON object (empty ones read as {}), are refused, naming the
-    call by its position."""
-    entries = list(message.get("tool_calls") or ())
-    if message.get("function_call"):
-        entries.append({"function": message["function_call"]})
-    calls = []
-    for position, entry in enumerate(entries):
-        where_call = f"{where}.tool_calls.{position}"
-        function = entry.get("function") if isinstance(entry, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise InvalidRequest(f"{where_call}.function needs a name.", param=f"{where_call}.function")
-        call = ToolCall.from_chat(entry)
-        try:
-            args = json.loads(call.arguments) if call.arguments else {}
-        except ValueError:
-            args = None
-        if not isinstance(args, dict):
-            raise InvalidRequest(f"{where_call}.function.arguments must be a JSON object, as the model sent it.",
-                                 param=f"{where_call}.function.arguments")
-        calls.append((call, args, entry))
     return calls

@@ -14,7 +14,7 @@ from gateway.messages.content import turn_messages as messages_turn
 from gateway.messages.translation import Translation
 from gateway.responses.chat_request import chat_params
 from gateway.upstream import anthropic_request, gemini_answer, gemini_messages, openai
-from gateway.upstream.shapes import assistant_tool_calls
+from gateway.upstream.shapes import call_arguments
 from utils_app.errors import InvalidRequest
 
 
@@ -47,18 +47,19 @@ def test_a_chat_tool_results_parts_are_its_text_and_an_id_not_a_string_is_not_gi
 def test_an_assistant_turns_calls_are_read_with_its_older_function_call_last():
     message = {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function", "function": {
         "name": "f", "arguments": '{"a": 1}'}}], "function_call": {"name": "g", "arguments": {"b": "é"}}}
-    assert [(call, arguments) for call, arguments, _ in assistant_tool_calls(message, "messages.1")] == \
+    assert call_arguments(Message.from_chat(message), "messages.1") == \
         [(ToolCall("call_1", "f", '{"a": 1}'), {"a": 1}), (ToolCall("", "g", '{"b": "é"}'), {"b": "é"})]
 
 
 @pytest.mark.parametrize(("function", "param"), [({"arguments": "{}"}, "messages.1.tool_calls.0.function"),
+                                                 ({"name": "", "arguments": "{}"}, "messages.1.tool_calls.0.function"),
                                                  ({"name": "f", "arguments": "[1]"},
                                                   "messages.1.tool_calls.0.function.arguments"),
                                                  ({"name": "f", "arguments": "{"},
                                                   "messages.1.tool_calls.0.function.arguments")])
 def test_an_earlier_call_without_a_name_or_with_arguments_not_an_object_is_refused(function, param):
     message = {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": function}]}
-    assert refused(assistant_tool_calls, message, "messages.1").param == param
+    assert refused(call_arguments, Message.from_chat(message), "messages.1").param == param
 
 
 # ---------------------------------------------------------------- Anthropic

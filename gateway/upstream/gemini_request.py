@@ -1,6 +1,6 @@
 """An OpenAI-shaped chat request as Gemini's GenerateContentRequest (gateway.upstream.gemini sends it): the
-generation settings, the response format, the tools and tool choice, and JSON Schemas as Gemini's Schema
-objects. What Gemini cannot do is refused or named as left out (gateway.upstream.honour); the messages
+generation settings, thinking, the response format, the tools and tool choice, and JSON Schemas as Gemini's
+Schema objects. What Gemini cannot do is refused or named as left out (gateway.upstream.honour); the messages
 are gemini_messages'."""
 import json
 from collections.abc import Callable

@@ -17,11 +17,14 @@ what it calls invalid is refused. Rules across members are stated with
 caps that come from settings (MAX_CHAT_N, MAX_CHAT_MESSAGES) are read once,
 when the schema and the fields are built. The tools' members are gateway.tool_serializers.
 """
+from typing import get_args
+
 from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail, ValidationError
 
+from gateway.conversation_request import Effort
 from gateway.json_schemas import check_chat_schemas
 from gateway.tool_serializers import Tool, ToolCall, ToolChoice
 from utils_app.errors import InvalidRequest
@@ -42,9 +45,9 @@ from utils_app.serializers import (
 MODEL_ID_MAX = 120
 # "developer" is what OpenAI's newer models take in place of "system"; each provider type translates it.
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
-# OpenAI's reasoning efforts, weakest first (the openai SDK's ReasoningEffort); gateway.upstream.honour
-# says what each is worth to the upstreams that count a thinking budget in tokens.
-EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+# OpenAI's reasoning efforts, weakest first: the conversation's Effort, which says what each is worth to the
+# upstreams that count a thinking budget in tokens.
+EFFORTS = get_args(Effort)
 
 
 def _anything_but(*values) -> dict:

@@ -7,6 +7,11 @@ tool_choice in gateway.upstream.anthropic_request, Gemini's parts in gateway.ups
 its functionResponse parts in gateway.upstream.gemini_answer, its functionDeclarations and
 functionCallingConfig in gateway.upstream.gemini_request, the Responses API's input parts, tools and
 tool_choice in gateway.responses.chat_request.
+
+Reasoning is one knob, an Effort, and the one table of what each is worth in thinking tokens, read both
+ways (thinking_budget, budget_effort). Each wire's thinking maps to and from it beside its reverse:
+Anthropic's thinking block and output_config.effort in gateway.upstream.anthropic_request, Gemini's
+thinkingConfig in gateway.upstream.gemini_request.
 """
 from dataclasses import dataclass
 from typing import Any, Literal, Self
@@ -309,3 +314,27 @@ def conversation_from_chat(messages: list[dict[str, Any]]) -> list[Turn]:
 def conversation_to_chat(turns: list[Turn]) -> list[dict[str, Any]]:
     """Chat's messages for the conversation's turns."""
     return [turn.to_chat() for turn in turns]
+
+
+# How hard a model is asked to think before it answers: OpenAI's reasoning efforts, weakest first (the openai
+# SDK's ReasoningEffort; chat's reasoning_effort takes these). "none" asks for no thinking at all.
+Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+# The thinking budget in tokens each effort stands for, where an upstream counts thinking in tokens (Anthropic,
+# Gemini): OpenAI's efforts are steps, those upstreams count tokens.
+THINKING_BUDGETS: dict[Effort, int] = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384,
+                                       "xhigh": 24576, "max": 24576}
+# The strongest effort a budget reads back as: above it are OpenAI's newest steps, which fewer models take.
+STRONGEST_READ: Effort = "high"
+
+
+def thinking_budget(effort: Effort | None) -> int | None:
+    """The thinking budget an effort stands for (``budget_effort`` is its reverse); None for no thinking
+    ("none", or no effort sent) and for what is no effort."""
+    return next((budget for known, budget in THINKING_BUDGETS.items() if known == effort), None)
+
+
+def budget_effort(budget: int) -> Effort:
+    """The effort a thinking budget of at least 1 token stands for (``thinking_budget`` is its reverse): the
+    weakest whose budget holds it, and STRONGEST_READ for any budget past the ones below it."""
+    return next((effort for effort, most in THINKING_BUDGETS.items() if budget <= most or effort == STRONGEST_READ),
+                STRONGEST_READ)

@@ -5,12 +5,8 @@ from typing import Any
 from gateway.conversation_request import Message
 from gateway.gemini_api.contents import CallIds, system_text, turn_messages
 from gateway.gemini_api.members import GeminiRequest, camel, member, need, need_dict, need_list
-from gateway.upstream.gemini_request import read_calling_config, read_declaration
+from gateway.upstream.gemini_request import read_calling_config, read_declaration, read_thinking_config
 
-# Gemini's thinking levels, and thinking budgets in tokens, as OpenAI's reasoning efforts (the budgets are
-# gateway.upstream.honour's, read the other way: the smallest effort whose budget holds the one asked for).
-THINKING_LEVELS = {"MINIMAL": "minimal", "LOW": "low", "MEDIUM": "medium", "HIGH": "high"}
-BUDGET_EFFORTS = ((1024, "minimal"), (2048, "low"), (8192, "medium"), (16384, "high"))
 # The generation settings a translated request carries over; every other member of generationConfig a
 # deployment of another type has no use for is left out and named.
 GENERATION_MEMBERS = {"temperature": "temperature", "topP": "top_p", "maxOutputTokens": "max_tokens",
@@ -194,14 +190,9 @@ def _response_format(config: dict, found: GeminiRequest) -> None:
 
 
 def _thinking(thinking: dict, found: GeminiRequest) -> None:
-    level, budget = member(thinking, "thinkingLevel"), member(thinking, "thinkingBudget")
-    if isinstance(level, str) and level.upper() in THINKING_LEVELS:
-        found.params["reasoning_effort"] = THINKING_LEVELS[level.upper()]
-    elif type(budget) is int and budget == 0:
-        found.params["reasoning_effort"] = "none"
-    elif type(budget) is int and budget > 0:
-        found.params["reasoning_effort"] = next((effort for most, effort in BUDGET_EFFORTS if budget <= most), "high")
-    # A budget of -1 asks the model to decide: no effort named, the deployment's own default.
+    effort = read_thinking_config(member(thinking, "thinkingLevel"), member(thinking, "thinkingBudget"))
+    if effort is not None:
+        found.params["reasoning_effort"] = effort
     if member(thinking, "includeThoughts"):
         # Thought summaries are Google's: an answer without them is still a whole answer.
         found.ignored.append("generationConfig.thinkingConfig.includeThoughts")

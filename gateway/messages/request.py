@@ -9,7 +9,7 @@ from gateway.conversation_request import Message, Turn, conversation_to_chat
 from gateway.json_schemas import SchemaWalk
 from gateway.messages.content import system_prompt, turn_messages
 from gateway.messages.translation import Translation, need
-from gateway.upstream.anthropic_request import read_tool, read_tool_choice
+from gateway.upstream.anthropic_request import read_effort, read_thinking, read_tool, read_tool_choice
 from utils_app.errors import InvalidRequest
 
 # Members of a request translated into the chat request every deployment type takes. Any other member is
@@ -18,9 +18,6 @@ from utils_app.errors import InvalidRequest
 # every other member without counting it.
 TRANSLATED = {"model", "messages", "max_tokens", "system", "stop_sequences", "temperature", "top_p", "tools",
               "tool_choice", "stream", "metadata", "thinking", "output_config", "output_format"}
-# Anthropic's efforts (output_config.effort) as OpenAI's reasoning_effort; above "high" Anthropic's steps go to
-# OpenAI's most widely taken one.
-EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
 THINKING_TYPES = ("enabled", "adaptive", "between_tools", "disabled")
 # The longest metadata.user_id passed on as OpenAI's user (gateway.chat_serializers.ChatCompletionRequest's bound).
 USER_MAX = 256
@@ -106,25 +103,19 @@ def translate(body: dict, *, counting: bool = False) -> tuple[dict, Translation]
 
 def _reasoning_effort(body: dict, notes: Translation) -> str | None:
     """Extended thinking and output_config.effort as OpenAI's reasoning_effort (each adapter maps it to its
-    upstream's knob, gateway.upstream.honour). An explicit budget is read as a step of effort; adaptive
-    thinking takes the request's effort, OpenAI's default (medium) without one; disabled asks for none."""
-    thinking, effort = body.get("thinking"), None
+    upstream's knob), read by gateway.upstream.anthropic_request.read_thinking once checked here."""
+    thinking = body.get("thinking")
     if thinking is not None:
         need(isinstance(thinking, dict) and thinking.get("type") in THINKING_TYPES, "thinking.type",
               "must be 'enabled', 'adaptive', 'between_tools' or 'disabled'.")
         if thinking["type"] == "enabled":
             budget = thinking.get("budget_tokens")
             need(type(budget) is int and budget >= 1, "thinking.budget_tokens", "must be an integer of at least 1.")
-            effort = "low" if budget <= 4096 else "medium" if budget <= 16384 else "high"
-        elif thinking["type"] != "disabled":
-            effort = "medium"
         notes.extras(thinking, ("type", "budget_tokens"), "thinking")  # display: a beta-only member
     wanted = body["output_config"].get("effort") if isinstance(body.get("output_config"), dict) else None
-    if wanted is not None:
-        if wanted in EFFORTS and not (isinstance(thinking, dict) and thinking["type"] == "disabled"):
-            effort = EFFORTS[wanted]
-        else:
-            notes.drop("output_config.effort")
+    if wanted is not None and read_effort(wanted, thinking) is None:
+        notes.drop("output_config.effort")
+    effort = read_thinking(thinking, wanted)
     if effort is not None:
         notes.reasoning_from = "thinking" if thinking is not None else "output_config.effort"
     return effort

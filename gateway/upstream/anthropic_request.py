@@ -7,6 +7,7 @@ from typing import Any
 
 from gateway.conversation_request import (
     Content,
+    Effort,
     FilePart,
     ImagePart,
     Message,
@@ -19,10 +20,11 @@ from gateway.conversation_request import (
     ToolResult,
     Turn,
     conversation_from_chat,
+    thinking_budget,
 )
 from gateway.json_schemas import SchemaWalk
 from gateway.upstream.anthropic_answer import tool_use
-from gateway.upstream.honour import REFUSALS, SERVER_FEATURES, name_left_out, refuse_audio_output, thinking_budget
+from gateway.upstream.honour import REFUSALS, SERVER_FEATURES, name_left_out, refuse_audio_output
 from gateway.upstream.shapes import (
     call_arguments,
     checked_user_part,
@@ -56,11 +58,10 @@ def messages_request(payload: dict[str, Any], *, model: str, max_tokens_default:
     schema = answer_schema(payload.get("response_format"))
     if schema is not None:  # Anthropic's structured outputs
         request["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
-    budget = thinking_budget(payload.get("reasoning_effort"))
-    if budget is not None:
+    thinking = thinking_block(payload.get("reasoning_effort"), request["max_tokens"])
+    if thinking is not None:
         if can_think(payload, turns, request["max_tokens"]):
-            # Anthropic's budget is part of max_tokens and must stay below it.
-            request["thinking"] = {"type": "enabled", "budget_tokens": min(budget, request["max_tokens"] - 1)}
+            request["thinking"] = thinking
         elif ignored is not None:
             ignored.append("reasoning_effort")
     stop = payload.get("stop")
@@ -103,6 +104,45 @@ def can_think(payload: dict[str, Any], turns: list[Turn], max_tokens: int) -> bo
         if isinstance(turn, Message):
             return not (turn.role == "assistant" and turn.tool_calls)
     return True
+
+
+# Anthropic's efforts (output_config.effort) as the conversation's; above "high" Anthropic's steps go to
+# OpenAI's most widely taken one.
+EFFORT_STEPS: dict[str, Effort] = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
+# An enabled thinking block's budget_tokens as an effort: up to 4096 low, up to 16384 medium, past that high.
+BUDGET_STEPS: tuple[tuple[int, Effort], ...] = ((4096, "low"), (16384, "medium"))
+
+
+def read_effort(effort: Any, thinking: dict[str, Any] | None) -> Effort | None:
+    """output_config.effort as an Effort; None (the decoder names it left out) for one Anthropic does not
+    have, and for any when thinking is disabled, which asks for none."""
+    if thinking is not None and thinking["type"] == "disabled":
+        return None
+    return EFFORT_STEPS.get(effort) if isinstance(effort, str) else None
+
+
+def read_thinking(thinking: dict[str, Any] | None, effort: Any = None) -> Effort | None:
+    """A Messages request's thinking and output_config.effort, checked already (gateway.messages.request),
+    as an Effort (``thinking_block`` is its reverse); None for no thinking (disabled, or neither sent).
+    Anthropic's effort (``read_effort``) wins; else an enabled block's budget reads as a step, adaptive
+    thinking as OpenAI's default effort, medium. The steps are BUDGET_STEPS, not the conversation's table
+    read back (budget_effort): Messages clients write budgets on Anthropic's wider scale and have been
+    answered with these steps since the API was first translated, so a budget must keep its effort; a budget
+    ``thinking_block`` writes may read back as another (minimal's 1024 as low, high's 16384 as medium)."""
+    wanted = read_effort(effort, thinking)
+    if wanted is not None or thinking is None or thinking["type"] == "disabled":
+        return wanted
+    if thinking["type"] == "enabled":
+        budget = thinking["budget_tokens"]
+        return next((step for most, step in BUDGET_STEPS if budget <= most), "high")
+    return "medium"
+
+
+def thinking_block(effort: Effort | None, max_tokens: int) -> dict[str, Any] | None:
+    """An effort as Anthropic's thinking block (``read_thinking`` is its reverse): enabled, with the effort's
+    budget (thinking_budget) kept below max_tokens, which Anthropic counts it in; None for no thinking."""
+    budget = thinking_budget(effort)
+    return None if budget is None else {"type": "enabled", "budget_tokens": min(budget, max_tokens - 1)}
 
 
 def answer_schema(response_format: Any) -> dict[str, Any] | None:

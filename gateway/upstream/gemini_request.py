@@ -1,15 +1,15 @@
 """An OpenAI-shaped chat request as Gemini's GenerateContentRequest (gateway.upstream.gemini sends it): the
-generation settings, the response format, the tools and tool choice, and JSON Schemas as Gemini's Schema
-objects. What Gemini cannot do is refused or named as left out (gateway.upstream.honour); the messages
+generation settings, thinking, the response format, the tools and tool choice, and JSON Schemas as Gemini's
+Schema objects. What Gemini cannot do is refused or named as left out (gateway.upstream.honour); the messages
 are gemini_messages'."""
 import json
 from collections.abc import Callable
 from typing import Any
 
-from gateway.conversation_request import Tool, ToolChoice, ToolMode
+from gateway.conversation_request import Effort, Tool, ToolChoice, ToolMode, budget_effort, thinking_budget
 from gateway.json_schemas import MAX_DEPTH, Schema, SchemaWalk
 from gateway.upstream.gemini_messages import conversation
-from gateway.upstream.honour import REFUSALS, SERVER_FEATURES, name_left_out, refuse_audio_output, thinking_budget
+from gateway.upstream.honour import REFUSALS, SERVER_FEATURES, name_left_out, refuse_audio_output
 from gateway.upstream.shapes import function_choice, function_tool
 from utils_app.errors import InvalidRequest, UnsupportedParameter
 
@@ -88,11 +88,31 @@ def generation_config(payload: dict[str, Any], walk: SchemaWalk | None = None) -
     response_format = payload.get("response_format")
     if response_format:
         config.update(response_config(response_format, walk))
-    effort = payload.get("reasoning_effort")
-    if effort is not None:
-        # Gemini counts thinking in tokens (thinkingBudget, which Gemini 3 models also take); "none" is 0.
-        config["thinkingConfig"] = {"thinkingBudget": thinking_budget(effort) or 0}
+    if payload.get("reasoning_effort") is not None:
+        config["thinkingConfig"] = thinking_config(payload["reasoning_effort"])
     return config
+
+
+# Gemini's thinking levels as the conversation's efforts.
+THINKING_LEVELS: dict[str, Effort] = {"MINIMAL": "minimal", "LOW": "low", "MEDIUM": "medium", "HIGH": "high"}
+
+
+def read_thinking_config(level: Any, budget: Any) -> Effort | None:
+    """A thinkingConfig's thinkingLevel and thinkingBudget (gateway.gemini_api.request reads the rest) as an
+    Effort (``thinking_config`` is its reverse): a level Gemini has (in any case) wins; else a budget of 0
+    is "none", and a positive one the effort it stands for (budget_effort). None when neither names one: a
+    budget of -1 asks the model to decide, the deployment's own default."""
+    if isinstance(level, str) and level.upper() in THINKING_LEVELS:
+        return THINKING_LEVELS[level.upper()]
+    if type(budget) is not int or budget < 0:
+        return None
+    return "none" if budget == 0 else budget_effort(budget)
+
+
+def thinking_config(effort: Effort) -> dict[str, Any]:
+    """An effort as Gemini's thinkingConfig (``read_thinking_config`` is its reverse): its budget in tokens
+    (thinking_budget; thinkingBudget, which Gemini 3 models also take), 0 for "none"."""
+    return {"thinkingBudget": thinking_budget(effort) or 0}
 
 
 def response_config(response_format: dict[str, Any], walk: SchemaWalk | None = None) -> dict[str, Any]:

@@ -5,8 +5,9 @@ Agent clients and SDKs send, on every request, members that steer OpenAI's own s
 protocol has no such feature: the answer it gives without them is still a correct answer of the shape
 the client parses, so such a member is left out and named on the attempt (``ignored``, answered as
 X-Gateway-Ignored). What would change that shape (audio output, say) is refused instead, before any
-credit is taken. ``reasoning_effort`` is OpenAI's one reasoning knob; each translating adapter maps it
-to its own (Anthropic's thinking budget, Gemini's thinkingConfig) with the budgets below.
+credit is taken. ``reasoning_effort`` is not among them: each translating adapter maps it to its upstream's
+own knob (gateway.conversation_request's Effort), or names it where that upstream cannot think with the
+rest of the request.
 """
 from collections.abc import Callable
 from typing import Any
@@ -18,14 +19,6 @@ from utils_app.errors import InvalidRequest, UnsupportedParameter
 SERVER_FEATURES = ("service_tier", "metadata", "store", "prompt_cache_key", "prompt_cache_options",
                    "prompt_cache_retention", "safety_identifier", "prediction", "web_search_options", "moderation",
                    "verbosity", "audio")
-# The thinking budget in tokens an effort stands for, where an upstream takes a budget (Anthropic, Gemini):
-# OpenAI's efforts are steps, those upstreams count tokens. "none" asks for no thinking at all.
-THINKING_BUDGETS: dict[str, int] = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 24576, "max": 24576}
-
-
-def thinking_budget(effort: Any) -> int | None:
-    """The thinking budget ``reasoning_effort`` stands for; None for no thinking ("none", or not sent)."""
-    return THINKING_BUDGETS.get(effort) if isinstance(effort, str) else None
 
 
 def name_left_out(payload: dict[str, Any], ignored: list[str] | None, names: tuple[str, ...] = SERVER_FEATURES) -> None:

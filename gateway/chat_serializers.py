@@ -253,7 +253,7 @@ class ChatCompletionRequest(StrictSerializer):
     top_logprobs = optional(StrictIntegerField, min_value=0, max_value=20)
     parallel_tool_calls = optional(StrictBooleanField)
     # The members agent clients and the openai SDK send for OpenAI's own features: passed on unchanged to
-    # openai and azure deployments, translated or left out and named by the others (gateway.upstream.honour).
+    # openai and azure deployments, translated or left out and named by the others (gateway.upstream.base).
     reasoning_effort = optional(StrictChoiceField, choices=EFFORTS)
     verbosity = optional(StrictChoiceField, choices=("low", "medium", "high"))
     service_tier = optional(StrictCharField, max_length=40)

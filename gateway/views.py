@@ -19,7 +19,7 @@ from gateway import idempotency, pipeline, routing, services
 from gateway.chat_serializers import ChatCompletionRequest
 from gateway.notes import RequestNotes, notes_of
 from gateway.output_serializers import ChatCompletion
-from gateway.upstream import honour
+from gateway.upstream.base import refuse_before_charge
 from keys import limits
 from keys.auth import BearerKeyAuthentication, HasApiKey
 from models_catalog import catalog
@@ -182,5 +182,5 @@ class ChatCompletionsView(MeteredView):
     def operate(self, request, params, sent):
         model = notes_of(request).model
         if model is not None:  # what no deployment of the pool can serve is refused before the charge (section 8)
-            honour.refuse_before_charge(model, params)
+            refuse_before_charge(model, params)
         return services.chat_completion(request=request, key=request.user, params=params)

@@ -7,17 +7,17 @@ from gateway.messages.answer import message_object
 from gateway.messages.stream import AnthropicEvents
 from gateway.messages.translation import Translation
 from gateway.services import ChatDialect
-from gateway.upstream import honour
+from gateway.upstream import base
 from gateway.upstream.shapes import prompt_text
 from models_catalog.served import ServedModel
 
 
 def refuse_before_charge(model: ServedModel, params: dict, translation: Translation) -> None:
     """Refuse, before any credit is taken, a request no deployment of the model's pool can serve: an anthropic
-    deployment takes the request as it came; the others take the translation (gateway.upstream.honour)."""
+    deployment takes the request as it came; the others take the translation (gateway.upstream.base)."""
     if translation.refusal is not None and not any(d.provider.type == "anthropic" for d in model.pool):
         raise translation.refusal
-    honour.refuse_before_charge(model, params, passed_through=("anthropic",))
+    base.refuse_before_charge(model, params, passed_through=("anthropic",))
 
 
 class AnthropicDialect(ChatDialect):

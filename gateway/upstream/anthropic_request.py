@@ -1,6 +1,6 @@
 """An OpenAI-shaped chat request as a request to Anthropic's Messages API (gateway.upstream.anthropic
 sends it): the conversation, its tools and tool choice, thinking, structured outputs, and what Anthropic
-cannot do refused or named as left out (gateway.upstream.honour)."""
+cannot do refused or named as left out (gateway.upstream.base)."""
 import re
 from dataclasses import replace
 from typing import Any
@@ -24,7 +24,7 @@ from gateway.conversation_request import (
 )
 from gateway.json_schemas import SchemaWalk
 from gateway.upstream.anthropic_answer import tool_use
-from gateway.upstream.honour import REFUSALS, SERVER_FEATURES, name_left_out, refuse_audio_output
+from gateway.upstream.base import REFUSALS, SERVER_FEATURES, name_left_out, refuse_audio_output, unsupported
 from gateway.upstream.shapes import (
     call_arguments,
     checked_user_part,
@@ -42,7 +42,7 @@ TOOL_ID_REFUSED = re.compile(r"[^A-Za-z0-9_-]")
 def messages_request(payload: dict[str, Any], *, model: str, max_tokens_default: int,
                      ignored: list[str] | None = None) -> dict[str, Any]:
     """A Messages API request for an OpenAI-shaped chat request. A parameter whose absence would change the
-    answer's shape raises; one Anthropic has no use for is left out and named in ``ignored`` (honour)."""
+    answer's shape raises; one Anthropic has no use for is left out and named in ``ignored`` (gateway.upstream.base)."""
     refuse_unsupported(payload)
     name_left_out(payload, ignored, LEFT_OUT)
     turns = conversation_from_chat(payload["messages"])
@@ -160,24 +160,20 @@ def refuse_unsupported(payload: dict[str, Any]) -> None:
     choices, log probabilities, a JSON answer, audio). Asking for nothing of it (n of 1, logprobs false, a
     text response format) is honoured by doing nothing, so it is not refused."""
     if (payload.get("n") or 1) > 1:
-        raise _unsupported("n", "Anthropic answers with one choice per request")
+        raise unsupported("n", "Anthropic answers with one choice per request")
     if payload.get("logprobs") or payload.get("top_logprobs"):
-        raise _unsupported("logprobs" if payload.get("logprobs") else "top_logprobs",
+        raise unsupported("logprobs" if payload.get("logprobs") else "top_logprobs",
                            "Anthropic does not return log probabilities")
     refuse_audio_output(payload)
     response_format = payload.get("response_format")
     if response_format and response_format.get("type") != "text" and answer_schema(response_format) is None:
-        raise _unsupported("response_format", "Anthropic's Messages API has no JSON mode; give a json_schema "
+        raise unsupported("response_format", "Anthropic's Messages API has no JSON mode; give a json_schema "
                                               "format, describe the JSON wanted in the prompt, or use a tool")
     if payload.get("temperature") is not None and payload["temperature"] > 1:
-        raise _unsupported("temperature", "Anthropic takes a temperature from 0 to 1")
+        raise unsupported("temperature", "Anthropic takes a temperature from 0 to 1")
 
 
 REFUSALS["anthropic"] = refuse_unsupported
-
-
-def _unsupported(param: str, why: str) -> UnsupportedParameter:
-    return UnsupportedParameter(f"The parameter '{param}' is not supported for this model: {why}.", param=param)
 
 
 def read_tool(tool: dict[str, Any]) -> Tool:

@@ -1,6 +1,6 @@
 """An OpenAI-shaped chat request as Gemini's GenerateContentRequest (gateway.upstream.gemini sends it): the
 generation settings, thinking, the response format, the tools and tool choice, and JSON Schemas as Gemini's
-Schema objects. What Gemini cannot do is refused or named as left out (gateway.upstream.honour); the messages
+Schema objects. What Gemini cannot do is refused or named as left out (gateway.upstream.base); the messages
 are gemini_messages'."""
 import json
 from collections.abc import Callable
@@ -9,9 +9,9 @@ from typing import Any
 from gateway.conversation_request import Effort, Tool, ToolChoice, ToolMode, budget_effort, thinking_budget
 from gateway.json_schemas import MAX_DEPTH, Schema, SchemaWalk
 from gateway.upstream.gemini_messages import conversation
-from gateway.upstream.honour import REFUSALS, SERVER_FEATURES, name_left_out, refuse_audio_output
+from gateway.upstream.base import REFUSALS, SERVER_FEATURES, name_left_out, refuse_audio_output, unsupported
 from gateway.upstream.shapes import function_choice, function_tool
-from utils_app.errors import InvalidRequest, UnsupportedParameter
+from utils_app.errors import InvalidRequest
 
 # JSON Schema types and the formats Gemini's schema (an OpenAPI 3.0 subset) takes for each.
 SCHEMA_TYPES = {"string": "STRING", "number": "NUMBER", "integer": "INTEGER", "boolean": "BOOLEAN",
@@ -24,7 +24,7 @@ SCHEMA_KEPT = ("description", "minimum", "maximum", "minItems", "maxItems", "min
 def generate_request(payload: dict[str, Any], fetch_image: Callable[[str, str], dict[str, Any]],
                      ignored: list[str] | None = None) -> dict[str, Any]:
     """A GenerateContentRequest for an OpenAI-shaped chat request. A parameter whose absence would change the
-    answer's shape raises; one Gemini has no use for is left out and named in ``ignored`` (honour)."""
+    answer's shape raises; one Gemini has no use for is left out and named in ``ignored`` (gateway.upstream.base)."""
     refuse_unsupported(payload)
     name_left_out(payload, ignored, LEFT_OUT)
     if payload.get("parallel_tool_calls") is False and ignored is not None:
@@ -61,10 +61,6 @@ def refuse_unsupported(payload: dict[str, Any]) -> None:
 
 
 REFUSALS["gemini"] = refuse_unsupported
-
-
-def _unsupported(param: str, why: str) -> UnsupportedParameter:
-    return UnsupportedParameter(f"The parameter '{param}' is not supported for this model: {why}.", param=param)
 
 
 def generation_config(payload: dict[str, Any], walk: SchemaWalk | None = None) -> dict[str, Any]:
@@ -131,7 +127,7 @@ def response_config(response_format: dict[str, Any], walk: SchemaWalk | None = N
         if converted.get("type") == "OBJECT" and not converted.get("properties"):
             converted = {}  # Gemini refuses an object schema without properties; JSON is still asked for
         return {"responseMimeType": "application/json", **({"responseSchema": converted} if converted else {})}
-    raise _unsupported("response_format", f"Gemini has no response format {kind!r}")
+    raise unsupported("response_format", f"Gemini has no response format {kind!r}")
 
 
 # -- tools

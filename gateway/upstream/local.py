@@ -23,7 +23,7 @@ from gateway.conversation_request import Tool, ToolChoice, conversation_from_cha
 from gateway.media_serializers import IMAGE_DEFAULTS, SPEECH_DEFAULTS, image_dimensions
 from gateway.tokens import count_tokens
 from gateway.upstream import register
-from gateway.upstream.honour import REFUSALS, name_left_out, refuse_audio_output
+from gateway.upstream.base import REFUSALS, name_left_out, refuse_audio_output
 from gateway.upstream.shapes import Audio, ChunkStream, Image, prompt_text
 from gateway.upstream.transport import Deadline
 from models_catalog.served import AnyDeployment
@@ -135,7 +135,7 @@ class LocalAdapter:
 
     def leave_out(self, payload: dict[str, Any]) -> None:
         """What the local model has no use for (OpenAI's server features, reasoning: it does not think) is
-        named as left out; audio output, which it cannot give, is refused (gateway.upstream.honour)."""
+        named as left out; audio output, which it cannot give, is refused (gateway.upstream.base)."""
         refuse_audio_output(payload)
         name_left_out(payload, self.ignored)
         if payload.get("reasoning_effort") not in (None, "none"):

@@ -420,7 +420,7 @@ def test_the_names_of_what_was_left_out_are_safe_in_a_header_and_bounded(client,
 
 
 def test_every_server_feature_the_adapters_leave_out_is_in_the_providers_doc():
-    from gateway.upstream.honour import SERVER_FEATURES
+    from gateway.upstream.base import SERVER_FEATURES
     doc = (Path(__file__).resolve().parents[2] / "docs" / "providers.md").read_text()
     row = next(line for line in doc.splitlines() if line.startswith("| `verbosity`"))
     assert all(f"`{name}`" in row for name in SERVER_FEATURES)
@@ -429,7 +429,7 @@ def test_every_server_feature_the_adapters_leave_out_is_in_the_providers_doc():
 def test_what_no_deployment_of_the_pool_can_serve_is_refused_before_the_charge(claude_model, upstream, monkeypatch):
     """CONTRACT section 8: a refusal comes before any credit is taken; in a pool with a deployment that can
     serve the request, nothing is refused (the attempts skip the ones that would refuse it)."""
-    from gateway.upstream.honour import refuse_before_charge
+    from gateway.upstream.base import refuse_before_charge
     from models_catalog import catalog
     from utils_app.errors import UnsupportedParameter
 

@@ -330,7 +330,7 @@ STRONGEST_READ: Effort = "high"
 def thinking_budget(effort: Effort | None) -> int | None:
     """The thinking budget an effort stands for (``budget_effort`` is its reverse); None for no thinking
     ("none", or no effort sent) and for what is no effort."""
-    return next((budget for known, budget in THINKING_BUDGETS.items() if known == effort), None)
+    return THINKING_BUDGETS.get(effort) if isinstance(effort, str) else None
 
 
 def budget_effort(budget: int) -> Effort:

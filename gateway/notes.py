@@ -27,6 +27,9 @@ class RequestNotes:
     # The model the body names, by the name the client sent (an id or an alias), if the catalog has it.
     model_name: str | None = None
     model: ServedModel | None = None
+    # That model once resolved for this key and the view's operation (its type and the tier checked): what the
+    # metering pipeline admits, so the model is resolved once a request.
+    resolved: ServedModel | None = None
     limits: LimitState | None = None
     health: routing.Health | None = None
 

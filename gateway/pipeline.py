@@ -301,7 +301,10 @@ def admit(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1
     model type the request needs; ``record_as`` the operation its ledger and usage rows name, when it is
     another (the Responses API's ``responses``, the Gemini ingress's ``gemini``). ``hold``: what the
     request may use, should its model be priced by the token."""
-    model = resolve_model(key=key, operation=operation, model_id=model_id)
+    notes = notes_of(request)
+    model = notes.resolved
+    if model is None or model.type != operation or notes.model_name != model_id:  # not resolved by the view
+        model = resolve_model(key=key, operation=operation, model_id=model_id)
     operation = record_as or operation
     claim = idempotency.from_request(request)
     prices = token_prices(model, units=units)
@@ -313,7 +316,6 @@ def admit(*, request, key: ApiKey, operation: str, model_id: str, units: int = 1
                             request_id=request_id(request), idempotency=claim, db=db, prices=prices)
     release_connection(db)  # the upstream call needs no database
     # The key's windows and the pool's health as the request's limits round trip read them (gateway.views).
-    notes = notes_of(request)
     return Meter(key=key, model=model, operation=operation, entry=entry,
                  limit_headers=notes.limit_headers(), attempts=routing.Attempts(model, notes.health),
                  claim=claim, amount=amount, prices=prices, model_name=model_id)

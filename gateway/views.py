@@ -153,7 +153,8 @@ class MeteredView(KeyLimitedView):
             raise notes.body
         if notes.model_name is not None:
             # A model the gateway does not serve is what the client learns first, whatever else its body holds.
-            pipeline.resolve_model(key=request.user, operation=self.operation, model_id=notes.model_name)
+            notes.resolved = pipeline.resolve_model(key=request.user, operation=self.operation,
+                                                    model_id=notes.model_name)
         params, sent = self.validate(notes.body)
         replay = services.previous_answer(request=request, key=request.user)
         return respond(replay or self.operate(request, params, sent))

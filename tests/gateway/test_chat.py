@@ -9,7 +9,7 @@ from gateway import metering_sql
 from keys.models import ApiKey, LedgerEntry
 from models_catalog import catalog
 from models_catalog.models import UsageEvent
-from tests.gateway.conftest import UPSTREAM_SECRET, assert_error, chat_completion, post
+from tests.gateway.conftest import LOCAL_BODIES, UPSTREAM_SECRET, assert_error, chat_completion, post
 
 pytestmark = pytest.mark.django_db
 PATH = "/v1/chat/completions"
@@ -285,3 +285,32 @@ def test_a_developer_message_is_taken_and_forwarded_as_the_client_sent_it(client
     messages = [{"role": "developer", "content": "Answer in French."}, *HELLO]
     assert post(client, PATH, {"model": "fake-chat", "messages": messages}, secret).status_code == 200
     assert upstream.posts()[0].body["messages"][0] == {"role": "developer", "content": "Answer in French."}
+
+
+ROUTES = {
+    **{operation: LOCAL_BODIES[operation] for operation in ("chat", "embedding", "image", "speech")},
+    "messages": ("/v1/messages", {"model": "local-chat", "max_tokens": 16,
+                                  "messages": [{"role": "user", "content": "Hello"}]}),
+    "responses": ("/v1/responses", {"model": "local-chat", "input": "Hello"}),
+    "gemini": ("/v1beta/models/local-chat:generateContent", {"contents": [{"parts": [{"text": "Hello"}]}]}),
+}
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_a_metered_request_resolves_its_model_once(client, seeded, make_key, monkeypatch, route):
+    """The view resolves the model first (what a client learns first, CONTRACT section 4); the pipeline admits
+    that resolution instead of looking the model up and checking its type and tier again."""
+    from gateway import pipeline
+    resolved = []
+    real = pipeline.resolve_model
+
+    def counted(**kwargs):
+        resolved.append(kwargs["model_id"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(pipeline, "resolve_model", counted)
+    _, secret = make_key(tier="premium", credits=100)
+    path, body = ROUTES[route]
+    response = post(client, path, body, secret)
+    assert response.status_code == 200, response.content
+    assert resolved == [body.get("model", "local-chat")]

@@ -2,8 +2,8 @@
 messages and their content parts (text, a refusal, an image, audio, a file), a tool's result, the tools a
 request declares and its tool choice, each read from and written to chat's with from_chat and to_chat.
 
-Each wire maps to and from these beside its reverse: Anthropic's content blocks, tool results, tools and
-tool_choice in gateway.upstream.anthropic_request, Gemini's parts in gateway.upstream.gemini_messages and
+Each wire maps to and from these beside its reverse: Anthropic's content blocks and tool results in
+gateway.upstream.anthropic_messages, its tools and tool_choice in gateway.upstream.anthropic_request, Gemini's parts in gateway.upstream.gemini_messages and
 its functionResponse parts in gateway.upstream.gemini_answer, its functionDeclarations and
 functionCallingConfig in gateway.upstream.gemini_request, the Responses API's input parts, tools and
 tool_choice in gateway.responses.chat_request.

@@ -4,7 +4,7 @@ documents, search results, tool uses and their results)."""
 from gateway.conversation_request import Message, Part, TextPart, ToolResult, Turn
 from gateway.messages.translation import Translation, need
 from gateway.upstream.anthropic_answer import tool_call
-from gateway.upstream.anthropic_request import block_part
+from gateway.upstream.anthropic_messages import block_part
 from utils_app.errors import InvalidRequest
 
 
@@ -71,7 +71,7 @@ def _user(blocks: list, notes: Translation) -> list[Turn]:
 
 
 def _part(block: dict, where: str, notes: Translation) -> list[Part]:
-    """A text, image, document or search result block as content parts (anthropic_request.block_part, once
+    """A text, image, document or search result block as content parts (anthropic_messages.block_part, once
     checked here)."""
     kind = block["type"]
     if kind == "text":

@@ -1,6 +1,6 @@
 """Anthropic's answer, a message object or its event stream, as an OpenAI-shaped chat answer; and its stop
 reasons, usage and tool_use blocks as the neutral ones beside their reverse (gateway.messages answers with
-these, and reads a request's earlier tool_use blocks with ``tool_call``; gateway.upstream.anthropic_request
+these, and reads a request's earlier tool_use blocks with ``tool_call``; gateway.upstream.anthropic_messages
 writes them with ``tool_use``)."""
 import json
 import time

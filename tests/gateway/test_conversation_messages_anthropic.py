@@ -1,6 +1,6 @@
 """Anthropic's wire and the conversation's turns, both directions: a Messages request decoded into typed turns
 (gateway.messages.content) and written as chat's messages, those messages read back as turns and mapped to
-Anthropic's by its adapter (gateway.upstream.anthropic_request), and an Anthropic answer's message written
+Anthropic's by its adapter (gateway.upstream.anthropic_messages), and an Anthropic answer's message written
 as a typed Message (gateway.upstream.anthropic_answer) and read back into a Messages answer."""
 import pytest
 
@@ -20,7 +20,8 @@ from gateway.messages.content import turn_messages
 from gateway.messages.request import translate
 from gateway.messages.translation import Translation
 from gateway.upstream import anthropic_answer
-from gateway.upstream.anthropic_request import can_think, conversation, messages_request
+from gateway.upstream.anthropic_messages import conversation
+from gateway.upstream.anthropic_request import can_think, messages_request
 from utils_app.errors import InvalidRequest, UnsupportedParameter
 
 B64 = "iVBORw0KGgo="

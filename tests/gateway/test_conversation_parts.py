@@ -20,7 +20,7 @@ from gateway.gemini_api.contents import turn_messages as gemini_turn
 from gateway.gemini_api.members import GeminiRequest
 from gateway.messages.content import turn_messages as messages_turn
 from gateway.messages.translation import Translation
-from gateway.upstream import anthropic_request, gemini_messages
+from gateway.upstream import anthropic_messages, gemini_messages
 from utils_app.errors import InvalidRequest, UnsupportedParameter
 
 B64 = "iVBORw0KGgo="
@@ -42,7 +42,7 @@ def refused(kind, call, *args):
 
 
 def to_anthropic(*parts, role="user"):
-    _, turns = anthropic_request.conversation(conversation_from_chat([
+    _, turns = anthropic_messages.conversation(conversation_from_chat([
         {"role": role, "content": [part.to_chat() for part in parts]},
         *([{"role": "user", "content": "q"}] if role != "user" else [])]))
     return turns[0]["content"] if role == "user" else []
@@ -102,12 +102,12 @@ def test_what_a_chat_part_reads_as_and_what_cannot_be_read(chat, read):
     ({"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": B64}},
      FilePart(PDF, "document.pdf"))])
 def test_an_anthropic_block_comes_in_as_a_part_and_goes_back_out(block, part):
-    assert anthropic_request.block_part(block) == part
+    assert anthropic_messages.block_part(block) == part
     [message] = messages_turn({"role": "user", "content": [block]}, "messages.0", Translation())
     assert message == Message("user", [part])
-    _, turns = anthropic_request.conversation([message])
+    _, turns = anthropic_messages.conversation([message])
     assert turns == [{"role": "user", "content": [block]}]
-    assert anthropic_request.content_block(part, "messages.0.content.0") == block
+    assert anthropic_messages.content_block(part, "messages.0.content.0") == block
 
 
 def test_anthropic_documents_and_search_results_of_text_come_in_as_text_and_go_back_as_text_blocks():
@@ -116,7 +116,7 @@ def test_anthropic_documents_and_search_results_of_text_come_in_as_text_and_go_b
                "content": [{"type": "text", "text": "r"}]}]
     [message] = messages_turn({"role": "user", "content": blocks}, "messages.0", Translation())
     assert message == Message("user", [TextPart("doc"), TextPart("T https://s\nr")])
-    assert anthropic_request.conversation([message])[1][0]["content"] == \
+    assert anthropic_messages.conversation([message])[1][0]["content"] == \
         [{"type": "text", "text": "doc"}, {"type": "text", "text": "T https://s\nr"}]
 
 
@@ -134,10 +134,10 @@ def test_what_only_anthropic_reads_is_refused_and_an_http_image_comes_in_but_can
                                                       {"type": "text", "text": "a"}]}, "messages.0", notes) == \
         [Message("user", [TextPart("a")])]
     assert notes.refusal.param == "messages.0.content.0.source"
-    assert anthropic_request.block_part({"type": "image", "source": {"type": "file", "file_id": "f"}}) is None
+    assert anthropic_messages.block_part({"type": "image", "source": {"type": "file", "file_id": "f"}}) is None
     [message] = messages_turn({"role": "user", "content": [{"type": "image", "source": {
         "type": "url", "url": "http://x.test/a.png"}}]}, "messages.0", Translation())
-    assert refused(InvalidRequest, anthropic_request.conversation, [message]) == (
+    assert refused(InvalidRequest, anthropic_messages.conversation, [message]) == (
         "messages.0.content.0.image_url.url: this model takes images by https URL or as a base64 data URL.",
         "messages.0.content.0.image_url.url")
 
@@ -148,7 +148,7 @@ def test_each_chat_part_written_to_anthropic():
         {"type": "text", "text": "a"}, {"type": "image", "source": {"type": "url", "url": "https://x.test/a.png"}},
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": B64}},
         {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": B64}}]
-    system, turns = anthropic_request.conversation([
+    system, turns = anthropic_messages.conversation([
         Message("system", [TextPart("s")]), Message("assistant", [TextPart("a"), RefusalPart("no")])])
     assert system == [{"type": "text", "text": "s"}]
     assert turns == [{"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "no"}]}]
@@ -168,12 +168,12 @@ def test_each_chat_part_written_to_anthropic():
     (ImagePart("ftp://x").to_chat(), InvalidRequest, "messages.0.content.0.image_url.url must be an http(s) URL "
      "or a base64 data URL (data:TYPE;base64,…).", "messages.0.content.0.image_url.url")])
 def test_what_anthropic_cannot_carry_is_refused(chat, kind, message, param):
-    assert refused(kind, anthropic_request.conversation,
+    assert refused(kind, anthropic_messages.conversation,
                    conversation_from_chat([{"role": "user", "content": [chat]}])) == (message, param)
 
 
 def test_anthropic_takes_only_text_in_a_system_or_assistant_message():
-    assert refused(UnsupportedParameter, anthropic_request.conversation, [
+    assert refused(UnsupportedParameter, anthropic_messages.conversation, [
         Message("system", [ImagePart(PNG)]), Message("user", "q")]) == (
         "messages.0.content.0: content parts of type 'image_url' are not supported for this model.", "messages")
 

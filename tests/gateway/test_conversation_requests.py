@@ -13,7 +13,7 @@ from gateway.gemini_api.members import GeminiRequest
 from gateway.messages.content import turn_messages as messages_turn
 from gateway.messages.translation import Translation
 from gateway.responses.chat_request import chat_params
-from gateway.upstream import anthropic_request, gemini_answer, gemini_messages, openai
+from gateway.upstream import anthropic_messages, gemini_answer, gemini_messages, openai
 from gateway.upstream.shapes import call_arguments
 from utils_app.errors import InvalidRequest
 
@@ -73,7 +73,7 @@ def test_an_anthropic_tool_use_and_its_result_come_in_and_go_back_out():
     call = ToolCall("toolu_1", "weather", '{"city": "Zürich", "days": [1]}')
     assert messages[1] == Message("assistant", None, (call,))
     assert messages[2] == ToolResult("toolu_1", "22 °C")
-    _, turns = anthropic_request.conversation(messages)
+    _, turns = anthropic_messages.conversation(messages)
     assert turns[1:] == [{"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}]
 
 
@@ -83,7 +83,7 @@ def test_anthropic_makes_a_chat_calls_id_one_it_takes_the_same_for_its_result_an
                     {"id": "call 1/x", "type": "function", "function": {"name": "f", "arguments": ""}}],
                  "function_call": {"name": "g", "arguments": '{"a": 1}'}},
                 {"role": "tool", "tool_call_id": "call 1/x", "content": ""}]
-    _, turns = anthropic_request.conversation(conversation_from_chat(messages))
+    _, turns = anthropic_messages.conversation(conversation_from_chat(messages))
     first, second = turns[1]["content"]
     assert first == {"type": "tool_use", "id": "call_1_x", "name": "f", "input": {}}
     assert second["id"].startswith("call_") and second["input"] == {"a": 1}

@@ -1,4 +1,5 @@
 """Fixtures shared by every test: named keys, a seeded catalog, clean caches, private media."""
+import logging
 from types import SimpleNamespace
 
 import django_ratelimit.core
@@ -24,6 +25,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(vendor_skip)
         if "redis" in item.keywords and not settings.SHARED_CACHE:
             item.add_marker(redis_skip)
+
+
+def pytest_unconfigure(config):
+    """Nothing logs once the session is over: the clients' SDKs close their HTTP pools at interpreter exit and
+    log it, to handlers whose streams pytest has closed by then (a "Logging error" after the summary)."""
+    logging.disable(logging.CRITICAL)
 
 
 @pytest.fixture(autouse=True)

@@ -205,6 +205,8 @@ def is_embedding_list(body: dict[str, Any]) -> bool:
 
 # ---------------------------------------------------------------- the Responses API's answers, for the metering
 
+# The output items of a response that call a tool.
+CALL_ITEMS = ("function_call", "custom_tool_call")
 # The Responses API's reasons for an incomplete response as the neutral stop reasons, and the neutral reasons
 # that leave a response incomplete as its reasons (gateway.responses answers with these; any other reason
 # completes it). A response incomplete for a reason not named here was cut short: length.
@@ -295,20 +297,28 @@ def responses_completion(response: dict[str, Any]) -> dict[str, Any]:
     calls: list[ToolCall] = []
     for item in response["output"]:
         if item.get("type") == "message":
-            texts += [part["text"] for part in item.get("content") or ()
-                      if isinstance(part, dict) and isinstance(part.get("text"), str)]
-        elif item.get("type") in ("function_call", "custom_tool_call"):
+            parts = item.get("content")
+            texts += [part["text"] for part in parts if isinstance(part, dict) and isinstance(part.get("text"), str)] \
+                if isinstance(parts, list) else []
+        elif item.get("type") in CALL_ITEMS:
             calls.append(response_tool_call(item))
-    details = response.get("incomplete_details")
-    reason = details.get("reason") if isinstance(details, dict) else None
-    finish = FINISHES.get(str(reason), StopReason.LENGTH).value if response.get("status") == "incomplete" else (
-        StopReason.TOOL_CALLS.value if calls else StopReason.STOP.value)
     message = Message("assistant", "".join(texts), tuple(calls)).to_chat()
     completion = {"id": response.get("id"), "object": "chat.completion",
-                  "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+                  "choices": [{"index": 0, "message": message,
+                               "finish_reason": response_finish(response, calls=bool(calls)).value}]}
     if isinstance(response.get("usage"), dict):
         completion["usage"] = response_counts(response["usage"]).to_chat()
     return completion
+
+
+def response_finish(response: dict[str, Any], *, calls: bool) -> StopReason:
+    """Why a response object ended: an incomplete one's reason (its output's length when the reason is not
+    one chat has), else a tool call's when it calls tools, else a stop."""
+    if response.get("status") == "incomplete":
+        details = response.get("incomplete_details")
+        reason = details.get("reason") if isinstance(details, dict) else None
+        return FINISHES.get(str(reason), StopReason.LENGTH)
+    return StopReason.TOOL_CALLS if calls else StopReason.STOP
 
 
 def response_event_chunk(event: dict[str, Any]) -> dict[str, Any]:
@@ -319,7 +329,7 @@ def response_event_chunk(event: dict[str, Any]) -> dict[str, Any]:
     if kind == "response.output_text.delta" and isinstance(event.get("delta"), str):
         delta = Delta(text=event["delta"])
     elif kind == "response.output_item.added" and isinstance(event.get("item"), dict) \
-            and event["item"].get("type") in ("function_call", "custom_tool_call"):
+            and event["item"].get("type") in CALL_ITEMS:
         call = response_tool_call(event["item"])
         index = event["output_index"] if type(event.get("output_index")) is int else 0
         # The item opens with its arguments empty; they follow in function_call_arguments events.
@@ -328,8 +338,7 @@ def response_event_chunk(event: dict[str, Any]) -> dict[str, Any]:
         found = event.get("response")
         response: dict[str, Any] = found if isinstance(found, dict) else {}
         output: list[Any] = response["output"] if isinstance(response.get("output"), list) else []
-        translated = responses_completion({**response, "output": [item for item in output if isinstance(item, dict)]})
+        calls = any(isinstance(item, dict) and item.get("type") in CALL_ITEMS for item in output)
         counted = response_counts(response["usage"]) if isinstance(response.get("usage"), dict) else None
-        return StreamPiece((Delta(finish=StopReason(translated["choices"][0]["finish_reason"])),),
-                           counted).to_chunk(brief=True)
+        return StreamPiece((Delta(finish=response_finish(response, calls=calls)),), counted).to_chunk(brief=True)
     return StreamPiece((delta,) if delta != Delta() else ()).to_chunk(brief=True)

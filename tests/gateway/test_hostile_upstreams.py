@@ -215,3 +215,18 @@ def test_a_key_whose_stream_broke_off_is_not_left_in_flight(client, fake_models,
     events(post(client, CHAT, {"model": fake_models["chat"], "messages": HELLO, "stream": True}, secret))
     assert ApiKey.objects.get(pk=key.pk).in_flight == 0
     assert credits_of(key) == 9
+
+
+@pytest.mark.parametrize("content", [5, True, {"text": "x"}])
+def test_a_response_objects_message_content_of_another_type_is_read_as_no_text(client, fake_models, upstream, free_key,
+                                                                             content):
+    """A Responses upstream whose message item holds no list of parts answers with no text from it, as one whose
+    content is missing does: the client gets the upstream's response, the key the charge for it."""
+    key, secret = free_key
+    upstream.json("/responses", {"id": "resp_up", "object": "response", "status": "completed", "model": "m",
+                                 "output": [{"type": "message", "role": "assistant", "content": content}],
+                                 "usage": {"input_tokens": 3, "output_tokens": 2}})
+    response = post(client, "/v1/responses", {"model": fake_models["chat"], "input": "Hello"}, secret)
+    assert response.status_code == 200, response.content
+    assert response.json()["usage"]["output_tokens"] == 2
+    assert UsageEvent.objects.get().success is True

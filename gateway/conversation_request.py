@@ -75,17 +75,14 @@ class Tool:
                    description=description if isinstance(description, str) else None,
                    strict=strict if isinstance(strict, bool) else None)
 
-    def to_chat(self, *, strict_first: bool = False) -> dict[str, Any]:
-        """Chat's function tool: the name, the parameters (when given), the description, strict. With
-        ``strict_first`` strict comes before the description, the order the Responses decoder writes."""
+    def to_chat(self) -> dict[str, Any]:
+        """Chat's function tool: the name, the parameters (when given), the description, strict."""
         function: dict[str, Any] = {"name": self.name}
         if self.parameters is not None:
             function["parameters"] = self.parameters
-        if self.strict is not None and strict_first:
-            function["strict"] = self.strict
         if self.description is not None:
             function["description"] = self.description
-        if self.strict is not None and not strict_first:
+        if self.strict is not None:
             function["strict"] = self.strict
         return {"type": "function", "function": function}
 

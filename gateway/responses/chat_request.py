@@ -183,7 +183,7 @@ def chat_tools(tools: list, ignored: list[str]) -> tuple[list[dict], set[str]]:
                   "must be a JSON schema object.")
         else:
             customs.add(tool["name"])
-        found.append(read_tool(tool).to_chat(strict_first=True))
+        found.append(read_tool(tool).to_chat())
     return found, customs
 
 

@@ -25,13 +25,11 @@ CHOICES = [ToolChoice("auto"), ToolChoice("none"), ToolChoice("required"), ToolC
 @pytest.mark.parametrize("tool", TOOLS)
 def test_every_tool_goes_to_chat_and_comes_back(tool):
     assert Tool.from_chat(tool.to_chat()) == tool
-    assert Tool.from_chat(tool.to_chat(strict_first=True)) == tool
 
 
-def test_a_chat_tool_writes_its_members_in_order_and_strict_first_only_when_asked():
+def test_a_chat_tool_writes_its_members_in_order():
     tool = Tool("weather", SCHEMA, "d", True)
     assert list(tool.to_chat()["function"]) == ["name", "parameters", "description", "strict"]
-    assert list(tool.to_chat(strict_first=True)["function"]) == ["name", "parameters", "strict", "description"]
     assert Tool("now").to_chat() == {"type": "function", "function": {"name": "now"}}
 
 
@@ -152,7 +150,7 @@ def test_a_responses_function_tool_is_read_to_chat():
     theirs = {"type": "function", "name": "weather", "description": "The weather.", "parameters": SCHEMA,
               "strict": True}
     [chat] = responses_in([theirs])["tools"]
-    assert list(chat["function"]) == ["name", "parameters", "strict", "description"]
+    assert list(chat["function"]) == ["name", "parameters", "description", "strict"]
     assert read_tool(theirs) == Tool.from_chat(chat) == Tool("weather", SCHEMA, "The weather.", True)
 
 
@@ -161,7 +159,7 @@ def test_a_responses_custom_tool_is_a_function_of_its_input():
               "format": {"type": "grammar", "syntax": "regex", "definition": "SELECT .+"}}
     tool = read_tool(theirs)
     assert tool.parameters == CUSTOM_INPUT and tool.description.startswith("Runs SQL.\n\nThe input must follow")
-    assert responses_in([theirs])["tools"] == [tool.to_chat(strict_first=True)]
+    assert responses_in([theirs])["tools"] == [tool.to_chat()]
     assert read_tool({"type": "function", "name": "now", "description": ""}) == \
         Tool("now", {"type": "object", "properties": {}})
 

@@ -197,7 +197,7 @@ class GeminiMethodView(GeminiViewMixin, MeteredView):
         pipeline.resolve_model(key=request.user, operation="chat", model_id=self.model_id)
         params = counting_request(body, self.model_id)
         params, _ = ChatCompletionRequest(data=params).validated()
-        return Response({"totalTokens": services.estimate_chat_tokens(key=request.user, params=params)})
+        return Response({"totalTokens": services.estimate_chat_tokens(params)})
 
 
 # ---------------------------------------------------------------- /v1/models, shared with the catalog

@@ -164,4 +164,4 @@ class CountTokensView(KeyLimitedView):
             pipeline.resolve_model(key=request.user, operation="chat", model_id=body["model"])
         params = messages_request.chat_params(body, counting=True)
         params, _ = ChatCompletionRequest(data=params).validated()
-        return Response({"input_tokens": services.estimate_chat_tokens(key=request.user, params=params)})
+        return Response({"input_tokens": services.estimate_chat_tokens(params)})

@@ -10,7 +10,7 @@ from gateway import idempotency, media, metering
 from gateway.conversation_request import content_text
 from gateway.output_serializers import ImageGenerationResult, SpeechResult
 from gateway.tokens import count_tokens
-from gateway.pipeline import Meter, Outcome, metered, resolve_model
+from gateway.pipeline import Meter, Outcome, metered
 from gateway.prices import Hold, cached_tokens, ledger_tokens, metered_usage, output_cap, prompt_tokens_held
 from gateway.relay import ChatRelay, OpenAIEvents
 from gateway.upstream.shapes import prompt_text
@@ -106,10 +106,9 @@ def chat_completion(*, request, key: ApiKey, params: dict, dialect: ChatDialect 
     return outcome
 
 
-def estimate_chat_tokens(*, key: ApiKey, params: dict) -> int:
-    """The gateway's own estimate of a chat request's input tokens (what usage falls back to), for a model
-    the key may use: free, nothing is charged or sent upstream."""
-    resolve_model(key=key, operation="chat", model_id=params["model"])
+def estimate_chat_tokens(params: dict) -> int:
+    """The gateway's own estimate of a chat request's input tokens (what usage falls back to), for a model its
+    caller has resolved for the key: free, nothing is charged or sent upstream."""
     tools = params.get("tools")
     return count_tokens(prompt_text(params["messages"])) + (count_tokens(json.dumps(tools)) if tools else 0)
 

@@ -23,6 +23,7 @@ from gateway.responses.request import check_request, need
 from gateway.responses.store import conversation, previous
 from gateway.upstream.openai import input_tool_call
 from keys.models import ApiKey
+from models_catalog.served import resolve_model
 
 # The members of a request the codec reads; any other is passed through to native deployments and
 # dropped (and named in X-Gateway-Ignored) towards translated ones.
@@ -238,4 +239,5 @@ def input_tokens(*, key: ApiKey, body: dict) -> int:
     items = conversation(previous(key, body.get("previous_response_id")), body)
     params, _ = chat_params({**body, "stream": False}, items, [])
     params, _ = ChatCompletionRequest.with_data(params).validated()
-    return estimate_chat_tokens(key=key, params=params)
+    resolve_model(key=key, operation="chat", model_id=params["model"])
+    return estimate_chat_tokens(params)

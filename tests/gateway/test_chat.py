@@ -296,11 +296,20 @@ ROUTES = {
 }
 
 
-@pytest.mark.parametrize("route", ROUTES)
-def test_a_metered_request_resolves_its_model_once(client, seeded, make_key, monkeypatch, route):
+COUNTING = {
+    "messages": ("/v1/messages/count_tokens", {"model": "local-chat", "messages": [{"role": "user", "content": "Hi"}]}),
+    "responses": ("/v1/responses/input_tokens", {"model": "local-chat", "input": "Hello"}),
+    "gemini": ("/v1beta/models/local-chat:countTokens", {"contents": [{"parts": [{"text": "Hello"}]}]}),
+}
+
+
+@pytest.mark.parametrize("route", [*ROUTES, *(f"count {name}" for name in COUNTING)])
+def test_a_request_resolves_its_model_once(client, seeded, make_key, monkeypatch, route):
     """The view resolves the model first (what a client learns first, CONTRACT section 4); the pipeline admits
-    that resolution instead of looking the model up and checking its type and tier again."""
+    that resolution, and a count of tokens reads it, instead of looking the model up and checking its type and
+    tier again."""
     from gateway import pipeline
+    from gateway.responses import chat_request
     resolved = []
     real = pipeline.resolve_model
 
@@ -308,9 +317,10 @@ def test_a_metered_request_resolves_its_model_once(client, seeded, make_key, mon
         resolved.append(kwargs["model_id"])
         return real(**kwargs)
 
-    monkeypatch.setattr(pipeline, "resolve_model", counted)
+    for module in (pipeline, chat_request):
+        monkeypatch.setattr(module, "resolve_model", counted)
     _, secret = make_key(tier="premium", credits=100)
-    path, body = ROUTES[route]
+    path, body = COUNTING[route.removeprefix("count ")] if route.startswith("count ") else ROUTES[route]
     response = post(client, path, body, secret)
     assert response.status_code == 200, response.content
     assert resolved == [body.get("model", "local-chat")]

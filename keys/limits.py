@@ -66,9 +66,9 @@ def enforce(key: ApiKey, *, also: Sequence = ()) -> tuple[LimitState, list | Non
 class KeyRequestLimits(BaseThrottle):
     """The limits as a DRF throttle, for views that only count a key's request (the catalog's, when a key
     is sent). The metered views count in their own first step instead (gateway.views), with the reads
-    their operation adds to the same round trip. The state is kept for the response headers."""
+    their operation adds to the same round trip. The state is kept on the view (its ``limit_state``, one
+    view a request) for the response headers."""
 
     def allow_request(self, request, view):
-        request.limit_state = None
-        request.limit_state, _ = enforce(request.user)
+        view.limit_state, _ = enforce(request.user)
         return True

@@ -17,7 +17,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 
 from keys.auth import BearerKeyAuthentication, HasApiKey
-from keys.limits import KeyRequestLimits
+from keys.limits import KeyRequestLimits, LimitState
 from models_catalog import analytics
 from models_catalog import serializers as s
 from models_catalog.served import get_model
@@ -47,12 +47,13 @@ class CatalogView(PublicAPIView):
     authentication_classes = [BearerKeyAuthentication]
     permission_classes = [AllowAny]  # also what tells the schema that the key is optional
     throttle_classes = [KeyOrAddressLimits]
+    # The key's windows once its call is counted (KeyRequestLimits), for the headers a metered answer has too.
+    limit_state: LimitState | None = None
 
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
-        state = getattr(request, "limit_state", None)  # a key's windows, as on a metered answer
-        if state is not None and "X-RateLimit-Limit-Requests" not in response:
-            for name, value in state.headers().items():
+        if self.limit_state is not None and "X-RateLimit-Limit-Requests" not in response:
+            for name, value in self.limit_state.headers().items():
                 response[name] = value
         return response
 

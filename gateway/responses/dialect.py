@@ -120,7 +120,8 @@ class ResponsesDialect(ChatDialect):
     def client_response(self, response: dict) -> dict:
         """An upstream's response object as the client gets it: the gateway's id, the client's model name and
         settings, encrypted reasoning wrapped (or left out unless asked for)."""
-        output = [self.client_item(item) for item in response.get("output") or () if isinstance(item, dict)]
+        found = response.get("output")
+        output = [self.client_item(item) for item in (found if isinstance(found, list) else ()) if isinstance(item, dict)]
         return {**response, "id": self.response_id, "model": self.model, "output": output, "store": self.store,
                 "previous_response_id": self.body.get("previous_response_id"),
                 "metadata": self.body.get("metadata") or response.get("metadata") or {}}

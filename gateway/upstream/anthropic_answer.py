@@ -30,7 +30,8 @@ def finish_reason(reason: Any, called: bool) -> str | None:
         return StopReason.TOOL_CALLS.value  # an answer that calls a function, whatever Anthropic's reason
     if not reason:
         return None
-    return FINISH_REASONS.get(reason, StopReason.STOP).value
+    # A reason that is not a string is read as one Anthropic added after this was written: a stop.
+    return FINISH_REASONS.get(reason, StopReason.STOP).value if isinstance(reason, str) else StopReason.STOP.value
 
 
 def stop_reason(finish: Any, called: bool) -> str:
@@ -165,7 +166,8 @@ class StreamTranslation:
                 return self.chunk(Delta(text=block["text"]))
             return None
         if kind == CONTENT_DELTA:
-            delta, block = event.get("delta"), self.blocks.get(event.get("index"))
+            index = event.get("index")
+            delta, block = event.get("delta"), self.blocks.get(index) if type(index) is int else None
             if not isinstance(delta, dict) or block is None:
                 raise malformed("stream event")
             if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str) and delta["text"]:

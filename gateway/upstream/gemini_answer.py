@@ -37,6 +37,8 @@ def finish_reason(reason: Any, called: bool) -> str | None:
         return StopReason.TOOL_CALLS.value  # an answer that calls a function, whatever Gemini's reason
     if not reason:
         return None
+    if not isinstance(reason, str):  # read as a reason Google added after this was written: a stop
+        return StopReason.STOP.value
     return (StopReason.CONTENT_FILTER if reason in FILTERED else FINISH_REASONS.get(reason, StopReason.STOP)).value
 
 

@@ -162,6 +162,8 @@ class OpenAIAdapter(HttpAdapter):
             if event is None or not isinstance(event.get("type"), str) or not EVENT_NAME.fullmatch(event["type"]):
                 raise self.transport.malformed("stream event")
             kind = event["type"]
+            if "response" in event and not isinstance(event["response"], dict):
+                raise self.transport.malformed("stream event")  # the client's events carry it as an object
             if kind in ("error", "response.failed"):
                 detail = event.get("message") if kind == "error" else _error_message(
                     (event.get("response") or {}).get("error") if isinstance(event.get("response"), dict) else None)
@@ -175,8 +177,9 @@ class OpenAIAdapter(HttpAdapter):
 
 
 def is_completion(body: dict[str, Any]) -> bool:
-    """A chat.completion the gateway can read: choices are objects, a message is an object,
-    its content a string, null or a list of content-part objects."""
+    """A chat.completion the gateway can read: choices are objects, a finish reason a string or null, a
+    message is an object, its content a string, null or a list of content-part objects, its tool calls
+    null or a list of objects."""
     choices = body.get("choices")
     if not isinstance(choices, list):
         return False
@@ -191,6 +194,11 @@ def is_completion(body: dict[str, Any]) -> bool:
         content = message.get("content")
         if not (content is None or isinstance(content, str)
                 or isinstance(content, list) and all(isinstance(part, dict) for part in content)):
+            return False
+        calls = message.get("tool_calls")
+        if not (calls is None or isinstance(calls, list) and all(isinstance(call, dict) for call in calls)):
+            return False
+        if not (choice.get("finish_reason") is None or isinstance(choice["finish_reason"], str)):
             return False
     return True
 

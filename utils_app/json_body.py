@@ -9,14 +9,37 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+class _NotANumber(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> float:
+    raise _NotANumber(name)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _NotANumber(text)
+    return value
+
+
+# Python's parser also reads NaN, Infinity and numbers past a double's range (1e999 as inf), which
+# JSON has no room for: such a value could be neither stored (a JSON column refuses it) nor sent on.
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
+
+
 def parse_json_object(raw: bytes) -> dict:
     """Strictly parse a request body that must be a JSON object."""
     if not raw:
         raise InvalidRequest("The request body is empty; send a JSON object.", code="invalid_json")
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = _DECODER.decode(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise InvalidRequest("The request body is not valid UTF-8.", code="invalid_json") from None
+    except _NotANumber as error:
+        raise InvalidRequest(f"The request body holds {str(error)[:20]}, which JSON cannot carry: it has no NaN, "
+                             "no Infinity and no number beyond a double's range.", code="invalid_json") from None
     except RecursionError:
         # Python's parser descends one level per nested array or object: past a few hundred it stops,
         # whether or not the rest would parse. Saying "not valid JSON" would send the client looking

@@ -28,7 +28,7 @@ def embed_request(body: dict, model_id: str, method: str) -> EmbedRequest:
         requests = member(body, "requests")
         need(isinstance(requests, list) and bool(requests), "requests", "must be a non-empty array of requests.")
         items = [(need_dict(item, f"requests.{index}"), f"requests.{index}.") for index, item in enumerate(requests)]
-    texts, sizes, ignored = [], set(), []
+    texts, sizes, ignored = [], [], []
     for item, prefix in items:
         named = item.get("model")
         if isinstance(named, str) and named.removeprefix("models/") != model_id:
@@ -44,12 +44,13 @@ def embed_request(body: dict, model_id: str, method: str) -> EmbedRequest:
             pieces.append(text)
         texts.append(" ".join(pieces))
         size = member(item, "outputDimensionality")
-        sizes.add(size)
+        sizes.append(size)  # any JSON value: compared, not hashed
         for name in ("taskType", "title"):
             if member(item, name) is not None:
                 ignored.append(f"{prefix}{name}")
-    need(len(sizes) == 1, "requests", "every request of a batch must ask for the same outputDimensionality.")
-    size = sizes.pop()
+    need(all(size == sizes[0] for size in sizes), "requests",
+         "every request of a batch must ask for the same outputDimensionality.")
+    size = sizes[0]
     need(size is None or (type(size) is int and size >= 1), f"{items[0][1]}outputDimensionality",
           "must be a positive integer.")
     return EmbedRequest(method=method, texts=texts, dimensions=size, ignored=ignored)

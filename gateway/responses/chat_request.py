@@ -213,6 +213,7 @@ def _tool_choice(choice: Any, ignored: list[str]) -> ToolChoice | None:
         need(choice.get("mode") in ("auto", "required") and isinstance(choice.get("tools"), list),
               "tool_choice", "allowed_tools needs mode 'auto' or 'required' and a list of tools.")
     else:
+        need(isinstance(choice.get("type"), str), "tool_choice.type", "is required.")
         ignored.append("tool_choice")  # a built-in tool forced: the upstream has none of them
     return read_tool_choice(choice)
 

@@ -52,21 +52,22 @@ def check_request(body: dict, *, counting: bool = False) -> None:
         value = body.get(name)
         if value is not None:
             need(isinstance(value, kinds), name, f"must be {' or '.join(_kind_name(kind) for kind in kinds)}.")
-    if counting:
-        return
-    if body.get("max_output_tokens") is not None:
-        value = body["max_output_tokens"]
-        need(type(value) is int and value >= 1, "max_output_tokens", "must be an integer of at least 1.")
-    for name, most in (("temperature", 2), ("top_p", 1)):
-        if body.get(name) is not None:
-            need(number(body[name]) and 0 <= body[name] <= most, name, f"must be a number from 0 to {most}.")
+    # A count leaves out the limits on what is generated, not the tools and text format it reads.
+    if not counting:
+        if body.get("max_output_tokens") is not None:
+            value = body["max_output_tokens"]
+            need(type(value) is int and value >= 1, "max_output_tokens", "must be an integer of at least 1.")
+        for name, most in (("temperature", 2), ("top_p", 1)):
+            if body.get(name) is not None:
+                need(number(body[name]) and 0 <= body[name] <= most, name, f"must be a number from 0 to {most}.")
     for index, tool in enumerate(body.get("tools") or ()):
         need(isinstance(tool, dict) and isinstance(tool.get("type"), str), f"tools.{index}",
               "must be a tool object with a type.")
-    metadata = body.get("metadata") or {}
-    need(len(metadata) <= 16 and all(isinstance(value, str) and len(name) <= 64 and len(value) <= 512
-                                      for name, value in metadata.items()),
-          "metadata", "must be at most 16 string pairs (keys up to 64 characters, values up to 512).")
+    if not counting:
+        metadata = body.get("metadata") or {}
+        need(len(metadata) <= 16 and all(isinstance(value, str) and len(name) <= 64 and len(value) <= 512
+                                          for name, value in metadata.items()),
+              "metadata", "must be at most 16 string pairs (keys up to 64 characters, values up to 512).")
     text_format = (body.get("text") or {}).get("format")
     if text_format is not None:
         need(isinstance(text_format, dict) and text_format.get("type") in FORMATS, "text.format.type",

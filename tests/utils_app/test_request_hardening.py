@@ -39,6 +39,18 @@ def test_pairs_and_escaped_backslashes_are_not_surrogates(raw, parsed):
     assert parse_json_object(raw) == parsed
 
 
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999", "-1E400", "[1e309]"])
+def test_a_number_json_cannot_carry_is_invalid_json(number):
+    with pytest.raises(InvalidRequest) as refused:
+        parse_json_object(b'{"a": {"b": %s}}' % number.encode())
+    assert (refused.value.status, refused.value.code) == (400, "invalid_json")
+
+
+def test_the_largest_and_smallest_doubles_and_long_integers_still_parse():
+    raw = b'{"a": [1.7976931348623157e308, -1.7976931348623157e308, 5e-324, 1e-400, -0.0, 18446744073709551616]}'
+    assert parse_json_object(raw) == json.loads(raw)
+
+
 def test_a_lone_surrogate_in_an_admin_body_is_a_400_and_changes_nothing(client, admin_key, free_key):
     _, admin_secret = admin_key
     key, secret = free_key

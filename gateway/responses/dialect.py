@@ -1,6 +1,5 @@
 """How a Responses request reaches a deployment: passed through to one that speaks the Responses API,
 translated into a chat request for any other; the answer as a response object, kept when ``store`` asks."""
-import json
 from typing import Any
 
 from gateway import metering
@@ -18,7 +17,7 @@ from gateway.responses.answer import (
 )
 from gateway.responses.chat_request import chat_params
 from gateway.responses.request import new_id, obj
-from gateway.responses.store import conversation
+from gateway.responses.store import conversation, storable_json
 from gateway.responses.stream import ResponsesEvents
 from gateway.services import ChatDialect
 from gateway.upstream.openai import incomplete_reason, response_usage
@@ -169,5 +168,5 @@ class ResponsesDialect(ChatDialect):
                       f"request_id FROM settled"),
             sqlite=(f"INSERT INTO {TABLE} (id, key_id, response, input_items, created_at, request_id) VALUES "
                     f"(%(stored_id)s, %(key_id)s, %(stored_response)s, %(stored_items)s, %(now)s, %(request_id)s)"),
-            params={"stored_id": self.response_id, "stored_response": json.dumps(self.final, ensure_ascii=False),
-                    "stored_items": json.dumps(self.items, ensure_ascii=False)})
+            params={"stored_id": self.response_id, "stored_response": storable_json(self.final),
+                    "stored_items": storable_json(self.items)})

@@ -1,11 +1,37 @@
 """The conversation the gateway keeps: a follow-up's stored response, the items a response was made from,
 and the page of them GET /v1/responses/{id}/input_items lists."""
+import json
+import re
 from typing import Any
 
 from gateway.models import StoredResponse
 from gateway.responses.request import input_items, need, new_id
 from keys.models import ApiKey
 from utils_app.errors import NotFound
+
+
+# What a JSON column cannot hold in a string, though an answer may: NUL (PostgreSQL's jsonb refuses its
+# escape) and a lone UTF-16 surrogate (no character, so no UTF-8 either: a hostile upstream's escape).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable_json(value: Any) -> str:
+    """``value`` as the JSON text a stored response keeps: as it is, but for any string holding a character a
+    JSON column refuses, which is kept with U+FFFD in its place (the client had the answer as it came)."""
+    text = json.dumps(value, ensure_ascii=False)
+    if "\\u0000" not in text and (text.isascii() or not _UNSTORABLE.search(text)):
+        return text
+    return json.dumps(_storable(value), ensure_ascii=False)
+
+
+def _storable(value: Any) -> Any:
+    if isinstance(value, str):
+        return _UNSTORABLE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_storable(name): _storable(member) for name, member in value.items()}
+    if isinstance(value, list):
+        return [_storable(member) for member in value]
+    return value
 
 
 def previous(key: ApiKey, response_id: str | None) -> StoredResponse | None:

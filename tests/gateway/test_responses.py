@@ -162,6 +162,20 @@ def test_a_stored_response_can_be_read_listed_and_deleted_by_its_key_only(sdk, m
         client.responses.retrieve(made.id)
 
 
+def test_an_answer_holding_a_nul_is_stored_and_charged_once(sdk):
+    """local-chat quotes its input: a NUL in it reaches the answer, which PostgreSQL's jsonb cannot hold as it
+    is. The client has the answer as it came, the stored copy the character replaced, the key one charge."""
+    client, key, _ = sdk
+    response = client.responses.create(model="local-chat", input="before\x00after")
+    assert "before\x00after" in response.output_text
+    stored = StoredResponse.objects.get(pk=response.id)
+    assert "before\ufffdafter" in stored.response["output"][0]["content"][0]["text"]
+    assert stored.input_items[0]["content"][0]["text"] == "before\ufffdafter"
+    assert client.responses.retrieve(response.id).output_text == stored.response["output"][0]["content"][0]["text"]
+    assert LedgerEntry.objects.get(kind="charge").status == "completed" and credits_of(key) == 99
+    assert mismatches() == []
+
+
 def test_delete_answers_the_deleted_object(client, seeded, local_key):
     _, secret = local_key
     made = post(client, "/v1/responses", {"model": "local-chat", "input": "Hi"}, secret).json()

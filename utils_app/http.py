@@ -25,8 +25,10 @@ call straight through the urllib3 pool of the session's own adapter when SPEED_U
 """
 import json
 import os
+import re
 import threading
 from http.cookiejar import DefaultCookiePolicy
+from typing import Any
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -111,17 +113,46 @@ def is_timeout(exc: BaseException) -> bool:
     return any(isinstance(arg, ReadTimeoutError) for arg in getattr(exc, "args", ()))
 
 
+# A UTF-16 surrogate can reach parsed JSON only as an escape (UTF-8 cannot carry one); a pair parses into
+# one character, so any surrogate left in a string is a lone one: no character, which no UTF-8 can write.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_SURROGATE_ESCAPE_BYTES = re.compile(_SURROGATE_ESCAPE.pattern.encode())
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def json_object(content: bytes | str) -> dict | None:
-    """An upstream's answer as a JSON object, or None when it is anything else.
+    """An upstream's answer (or one event of its stream) as a JSON object, or None when it is anything else.
 
     Not JSON, not UTF-8, nested past the recursion limit, or JSON but not an object:
-    the caller turns None into its own 502, never a 500.
+    the caller turns None into its own 502, never a 500. A lone surrogate escape in a string is read
+    as U+FFFD, as a UTF-8 decoder reads a broken sequence: kept, it could be neither stored nor
+    written back to the client (it made a charged 500).
     """
     try:
         body = json.loads(content)
     except (ValueError, RecursionError):
         return None
-    return body if isinstance(body, dict) else None
+    if not isinstance(body, dict):
+        return None
+    found = (_SURROGATE_ESCAPE_BYTES.search(content) if isinstance(content, bytes)
+             else _SURROGATE_ESCAPE.search(content))
+    if found is None:
+        return body
+    try:
+        return _whole(body)
+    except RecursionError:
+        return None
+
+
+def _whole(value: Any) -> Any:
+    """Parsed JSON with every lone surrogate, in strings and member names, replaced by U+FFFD."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_whole(name): _whole(member) for name, member in value.items()}
+    if isinstance(value, list):
+        return [_whole(member) for member in value]
+    return value
 
 
 class Answer:

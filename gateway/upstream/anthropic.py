@@ -22,9 +22,9 @@ from gateway.upstream.base import HttpAdapter
 from gateway.upstream.shapes import EVENT_NAME, ChunkStream
 from gateway.upstream.refusals import Refusal
 from gateway.upstream.sse import EventStream
-from gateway.upstream.transport import json_object
 from models_catalog.provider_types import DEFAULT_MAX_TOKENS
 from utils_app.errors import GatewayError, UpstreamError
+from utils_app.http import json_object
 
 API_VERSION = "2023-06-01"
 MESSAGES_PATH = "/v1/messages"

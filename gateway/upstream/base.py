@@ -9,10 +9,11 @@ from typing import Any, Protocol, TypeVar
 
 from gateway.upstream.shapes import Audio, ChunkStream, Image
 from gateway.upstream.refusals import Refusal
-from gateway.upstream.transport import Deadline, HttpTransport, json_object
+from gateway.upstream.transport import Deadline, HttpTransport
 from models_catalog.served import AnyDeployment, ServedModel, secret_env_allowed
 from models_catalog.provider_types import TYPES
 from utils_app.errors import InvalidRequest, UnsupportedParameter, UpstreamError, UpstreamNotConfigured
+from utils_app.http import json_object
 
 PROBE_TEXT = "ping"
 

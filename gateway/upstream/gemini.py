@@ -34,8 +34,9 @@ from gateway.upstream.images import note_fetched
 from gateway.upstream.refusals import Refusal
 from gateway.upstream.shapes import ChunkStream
 from gateway.upstream.sse import EventStream
-from gateway.upstream.transport import AnswerTooLarge, HttpTransport, json_object
+from gateway.upstream.transport import AnswerTooLarge, HttpTransport
 from utils_app.errors import GatewayError, InvalidRequest, UpstreamError
+from utils_app.http import json_object
 
 # The reasons of Google's ErrorInfo detail that say the key or its project cannot be served at all: its key,
 # its billing, the API on its project. Google answers an invalid key with 400 API_KEY_INVALID, not 401. Only

@@ -13,8 +13,8 @@ from gateway.upstream.gemini import GeminiAdapter
 from gateway.upstream.gemini_answer import StreamTranslation, blocked, completion, completion_id, usage
 from gateway.upstream.shapes import ChunkStream, Malformed
 from gateway.upstream.sse import EventStream
-from gateway.upstream.transport import json_object
 from utils_app.errors import UpstreamError
+from utils_app.http import json_object
 
 
 def native_body(adapter: GeminiAdapter, body: dict[str, Any]) -> dict[str, Any]:

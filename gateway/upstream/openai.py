@@ -15,8 +15,8 @@ from gateway.upstream.base import HttpAdapter
 from gateway.upstream.images import image_type
 from gateway.upstream.shapes import EVENT_NAME, Audio, ChunkStream, Image, tool_call_id
 from gateway.upstream.sse import EventStream
-from gateway.upstream.transport import json_object
 from utils_app.errors import UpstreamError, UpstreamRejected
+from utils_app.http import json_object
 
 _T = TypeVar("_T")
 # Members of OpenAI's API that some of its models refuse as unsupported (a 400 naming the member).

@@ -37,7 +37,7 @@ from utils_app.errors import (
     UpstreamRejected,
     UpstreamTimeout,
 )
-from utils_app.http import TRANSPORT_ERRORS, Answer, Upstreams, is_timeout, timeouts
+from utils_app.http import TRANSPORT_ERRORS, Answer, Upstreams, is_timeout, json_object, timeouts
 from utils_app.logging import current_request_id, one_line
 
 log = logging.getLogger("gateway.upstream")
@@ -338,14 +338,3 @@ class AnswerTooLarge(UpstreamError):
     def __init__(self, message: str, *, limit: int):
         super().__init__(message)
         self.limit = limit
-
-
-# ---------------------------------------------------------------- small readers
-
-def json_object(content: bytes | str) -> dict[str, Any] | None:
-    """An upstream's answer as a JSON object, or None when it is anything else (the caller's 502)."""
-    try:
-        body = json.loads(content)
-    except (ValueError, RecursionError):
-        return None
-    return body if isinstance(body, dict) else None

@@ -230,3 +230,36 @@ def test_a_response_objects_message_content_of_another_type_is_read_as_no_text(c
     assert response.status_code == 200, response.content
     assert response.json()["usage"]["output_tokens"] == 2
     assert UsageEvent.objects.get().success is True
+
+
+LONE_SURROGATE = (b'{"id": "chatcmpl-x", "object": "chat.completion", "choices": [{"index": 0, "finish_reason": "stop", '
+                  b'"message": {"role": "assistant", "content": "half \\ud83e of a fox \\udd8a, whole \\ud83e\\udd8a"}}], '
+                  b'"usage": {"prompt_tokens": 3, "completion_tokens": 2}}')
+
+
+@pytest.mark.parametrize(("path", "read"), [
+    (CHAT, lambda body: body["choices"][0]["message"]["content"]),
+    ("/v1/messages", lambda body: body["content"][0]["text"]),
+])
+def test_a_lone_surrogate_in_an_answer_reads_as_a_replacement_character(client, fake_models, upstream, free_key,
+                                                                         path, read):
+    """No UTF-8 can carry half of a UTF-16 pair: written back as it came, the answer was a 500 after its charge.
+    It reads as U+FFFD (as a broken UTF-8 sequence does); a whole pair stays the character it makes."""
+    key, secret = free_key
+    upstream.raw("/chat/completions", LONE_SURROGATE, content_type="application/json")
+    response = post(client, path, {"model": fake_models["chat"], "max_tokens": 8, "messages": HELLO}, secret)
+    assert response.status_code == 200, response.content
+    assert read(response.json()) == "half \ufffd of a fox \ufffd, whole \U0001f98a"
+    assert credits_of(key) == 99 and LedgerEntry.objects.get(kind="charge").status == "completed"
+
+
+def test_a_lone_surrogate_in_a_streamed_chunk_reads_as_a_replacement_character(client, fake_models, upstream,
+                                                                               free_key):
+    key, secret = free_key
+    upstream.sse("/chat/completions", [chunk("half \ud83e|"), chunk("whole \U0001f98a", finish_reason="stop"),
+                                       usage_chunk(), "[DONE]"])
+    response = post(client, CHAT, {"model": fake_models["chat"], "messages": HELLO, "stream": True}, secret)
+    texts = [event["choices"][0]["delta"].get("content") for event in events(response)
+             if event != "[DONE]" and event["choices"]]
+    assert "".join(text for text in texts if text) == "half \ufffd|whole \U0001f98a"
+    assert credits_of(key) == 99

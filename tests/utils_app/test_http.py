@@ -256,6 +256,14 @@ def test_a_json_object_is_read(upstream):
     assert json_object('{"text": "é"}') == {"text": "é"}
 
 
+@pytest.mark.parametrize("content", [
+    '{"t": "a\\ud800b", "\\udfff": ["\\ud83e\\udd8a", {"x": "\\uDBFF"}]}',
+    b'{"t": "a\\ud800b", "\\udfff": ["\\ud83e\\udd8a", {"x": "\\uDBFF"}]}'])
+def test_a_lone_surrogate_escape_reads_as_a_replacement_character_anywhere(content):
+    assert json_object(content) == {"t": "a\ufffdb", "\ufffd": ["\U0001f98a", {"x": "\ufffd"}]}
+    assert json_object('{"t": "\\\\ud800"}') == {"t": "\\ud800"}  # an escaped backslash: no surrogate at all
+
+
 def test_a_compressed_json_object_is_read(upstream):
     packer = zlib.compressobj(wbits=31)  # gzip
     upstream.get(f"{BASE}/a", body=packer.compress(b'{"ok": true}') + packer.flush(),

@@ -206,6 +206,10 @@ class Meter:
         """
         if self.settled:
             return
+        if isinstance(answer, Outcome) and answer.content is None and answer.body is not None:
+            # Written before the charge settles, once (the view sends these bytes, a retry is answered with them):
+            # an answer that cannot be written is a failure, refunded, never a charged 500.
+            answer.content, answer.content_type = idempotency.rendered(answer.body), "application/json"
         self.settled = True
         input_tokens, output_tokens = metering.clamp_tokens(input_tokens), metering.clamp_tokens(output_tokens)
         cached_tokens = min(metering.clamp_tokens(cached_tokens), input_tokens)  # part of the input, never more

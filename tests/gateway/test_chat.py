@@ -324,3 +324,19 @@ def test_a_request_resolves_its_model_once(client, seeded, make_key, monkeypatch
     response = post(client, path, body, secret)
     assert response.status_code == 200, response.content
     assert resolved == [body.get("model", "local-chat")]
+
+
+def test_an_answer_that_cannot_be_written_is_refunded_not_charged(client, seeded, free_key, monkeypatch):
+    """The answer is written before the charge settles: whatever fails in writing it fails the request, whose
+    charge goes back, instead of a 500 after the key paid."""
+    from gateway import idempotency
+    key, secret = free_key
+
+    def unwritable(body):
+        raise UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")
+
+    monkeypatch.setattr(idempotency, "rendered", unwritable)
+    response = post(client, PATH, {"model": "local-chat", "messages": HELLO}, secret)
+    assert response.status_code == 500
+    assert ApiKey.objects.get(pk=key.pk).credits == 100
+    assert LedgerEntry.objects.get(kind="charge").status == "refunded"

@@ -39,6 +39,7 @@ def chat_request(body: dict, model_id: str, *, stream: bool = False) -> GeminiRe
         # A conversation of parts only a gemini deployment takes (a video, say): it goes there as it is, and
         # any other deployment refuses it (native_only), so this empty turn only keeps the translation whole.
         messages.append(Message("user", "").to_chat())
+    need(bool(messages), "contents", "must hold at least one part a model reads (a thought part is not read).")
     tools = member(body, "tools")
     if tools is not None:
         declared = [tool for index, item in enumerate(need_list(tools, "tools"))

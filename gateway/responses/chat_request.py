@@ -45,6 +45,8 @@ def chat_params(body: dict, items: list[dict], ignored: list[str]) -> tuple[dict
     turns: list[Turn] = [Message("system", body["instructions"])] if body.get("instructions") else []
     for index, item in enumerate(items):
         _chat_item(item, f"input.{index}", turns, ignored)
+    need(bool(turns), "input", "must hold at least one item a model reads (a message, a function call or its "
+                               "output), or the request instructions.")
     params: dict[str, Any] = {"model": body["model"], "messages": conversation_to_chat(turns)}
     tools, customs = chat_tools(body.get("tools") or [], ignored)
     if tools:

@@ -754,3 +754,15 @@ def test_a_model_id_with_a_colon_is_still_the_catalogs_and_a_wrong_version_or_me
         answer = post(client, path, {"contents": HELLO}, secret)
         assert (answer.status_code, answer.json()["error"]["status"]) == (404, "NOT_FOUND"), path
     assert client.get("/v1beta/models/local-chat:generateContent", HTTP_X_GOOG_API_KEY=secret).status_code == 405
+
+
+@pytest.mark.parametrize("method", ["generateContent", "countTokens"])
+def test_contents_of_thoughts_only_are_refused_naming_contents(client, seeded, local_key, method):
+    """A thought part is not read; a conversation of nothing else is refused in Google's terms, not chat's."""
+    key, secret = local_key
+    answer = post(client, f"/v1beta/models/local-chat:{method}",
+                  {"contents": [{"role": "user", "parts": [{"text": "musing", "thought": True}]}]}, secret)
+    assert answer.status_code == 400
+    assert answer.json()["error"]["message"] == \
+        "contents: must hold at least one part a model reads (a thought part is not read)."
+    assert credits_of(key) == 100

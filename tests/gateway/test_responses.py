@@ -362,3 +362,12 @@ def test_a_token_priced_model_shows_its_cost_in_the_responses_usage_plain_and_st
     assert final["usage"]["cost"] >= 1
     assert credits_of(key) == 100 - usage["cost"] - final["usage"]["cost"]
     assert mismatches() == []
+
+
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/responses/input_tokens"])
+@pytest.mark.parametrize("given", [[], [{"type": "item_reference", "id": "msg_1"}], [{"type": "reasoning", "summary": []}]])
+def test_an_input_without_an_item_a_model_reads_is_refused_naming_input(client, seeded, local_key, path, given):
+    _, secret = local_key
+    error = assert_error(post(client, path, {"model": "local-chat", "input": given}, secret), 400, "invalid_value",
+                         param="input")
+    assert error["message"].startswith("input: must hold at least one item")

@@ -162,15 +162,16 @@ class OpenAIAdapter(HttpAdapter):
             if event is None or not isinstance(event.get("type"), str) or not EVENT_NAME.fullmatch(event["type"]):
                 raise self.transport.malformed("stream event")
             kind = event["type"]
-            if "response" in event and not isinstance(event["response"], dict):
-                raise self.transport.malformed("stream event")  # the client's events carry it as an object
+            if ("response" in event or kind in RESPONSE_ENDS) and not isinstance(event.get("response"), dict):
+                # The client's events carry it as an object, and the last one is the response kept and metered.
+                raise self.transport.malformed("stream event")
             if kind in ("error", "response.failed"):
                 detail = event.get("message") if kind == "error" else _error_message(
                     (event.get("response") or {}).get("error") if isinstance(event.get("response"), dict) else None)
                 raise UpstreamError(f"The upstream provider '{self.name}' failed during the stream: "
                                     f"{self.transport.clean(str(detail))}")
             yield PassedThrough(response_event_chunk(event), event)
-            if kind in ("response.completed", "response.incomplete"):
+            if kind in RESPONSE_ENDS:
                 events.finished()
                 return
         raise UpstreamError(f"The upstream provider '{self.name}' closed the stream before it finished.")
@@ -213,6 +214,8 @@ def is_embedding_list(body: dict[str, Any]) -> bool:
 
 # ---------------------------------------------------------------- the Responses API's answers, for the metering
 
+# The events that end a Responses stream with the response itself.
+RESPONSE_ENDS = ("response.completed", "response.incomplete")
 # The output items of a response that call a tool.
 CALL_ITEMS = ("function_call", "custom_tool_call")
 # The Responses API's reasons for an incomplete response as the neutral stop reasons, and the neutral reasons
@@ -342,7 +345,7 @@ def response_event_chunk(event: dict[str, Any]) -> dict[str, Any]:
         index = event["output_index"] if type(event.get("output_index")) is int else 0
         # The item opens with its arguments empty; they follow in function_call_arguments events.
         delta = Delta(tool_calls=(ToolCallDelta(index, call.id, call.name),))
-    elif kind in ("response.completed", "response.incomplete"):
+    elif kind in RESPONSE_ENDS:
         found = event.get("response")
         response: dict[str, Any] = found if isinstance(found, dict) else {}
         output: list[Any] = response["output"] if isinstance(response.get("output"), list) else []

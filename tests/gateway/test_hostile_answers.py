@@ -23,7 +23,8 @@ pytestmark = pytest.mark.django_db
 
 SEED = 20240611
 PER_MEMBER = 3  # substitutes drawn for each member of each valid answer
-VALUES = [None, True, 0, -1, 1.5, 2**70, "", "x", [], {}, [None], [5], {"a": 1}]
+# A lone surrogate and a NUL: strings that no UTF-8, or no jsonb column, can hold as they are.
+VALUES = [None, True, 0, -1, 1.5, 2**70, "", "x", [], {}, [None], [5], {"a": 1}, "\ud800", "a\x00b"]
 LEFT_OUT = object()
 HELLO = [{"role": "user", "content": "Hello"}]
 
@@ -350,3 +351,23 @@ def test_a_responses_streams_last_output_that_is_not_a_list_reads_as_none(client
     assert response.status_code == 200 and "internal_error" not in text
     assert '"output":[]' in text.split("response.completed")[-1].replace(" ", "")
     assert unexpected(caplog.records) is None
+
+
+@pytest.mark.parametrize("response_", [LEFT_OUT, [], None])
+def test_a_responses_streams_last_event_without_its_response_object_is_malformed(client, fuzzed_models, upstream,
+                                                                                 make_key, caplog, response_):
+    """The last event of a Responses stream carries the response kept and metered: without it the stream is
+    malformed, and the client's stream ends with an error event; settled as any stream broken after its output
+    began (CONTRACT section 5)."""
+    _, secret = make_key(tier="free", credits=100, max_credits=100)
+    events = response_stream()
+    if response_ is LEFT_OUT:
+        del events[-1]["response"]
+    else:
+        events[-1]["response"] = response_
+    upstream.sse("/responses", events)
+    response = ask(client, secret, "fz-responses", RESPONSES_STREAM)
+    text = b"".join(response.streaming_content).decode()
+    assert "internal_error" not in text and "upstream_unavailable" in text
+    assert unexpected(caplog.records) is None
+    assert not LedgerEntry.objects.filter(status="pending").exists() and mismatches() == []

@@ -29,6 +29,7 @@ from gateway import deployment_health, idempotency, metering, metering_sql, rout
 from gateway.metering import Idempotency
 from gateway.notes import notes_of
 from gateway.prices import Hold, held_amount, token_prices
+from gateway.upstream.base import ignored_names
 from gateway.upstream.transport import Deadline
 from keys import auth_cache
 from keys.models import ApiKey
@@ -176,7 +177,7 @@ class Meter:
             seconds = time.perf_counter() - started
             self._upstream_took(deployment.provider.name, seconds)
             deployment_health.succeeded(deployment, seconds)
-            self.ignored = list(dict.fromkeys(adapter.ignored))  # each name once, in the order first met
+            self.ignored = ignored_names(adapter.ignored)  # each name once, safe for a header, a bounded few
             if self.line is not None:
                 self.line.ignored = self.ignored
             return result

@@ -1,16 +1,9 @@
 """What reading a Messages request into chat parameters left out or cannot honour (``Translation``), and
 the 400 the reading raises for a member that is not what Anthropic's API takes."""
-import re
 from dataclasses import dataclass, field
 
+from gateway.upstream.base import MORE, NAMES_MAX, ignored_name
 from utils_app.errors import InvalidRequest, UnsupportedParameter
-
-# What X-Gateway-Ignored may say of one request: names of at most NAME_MAX characters of letters, digits and
-# _ . : - (any other becomes _), at most NAMES_MAX of them, then MORE.
-NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9_.:-]")
-NAME_MAX = 100
-NAMES_MAX = 64
-MORE = "more"
 
 
 def need(condition: bool, where: str, message: str) -> None:
@@ -39,9 +32,9 @@ class Translation:
         self.refusal = self.refusal or _unsupported(param, why)
 
     def drop(self, name: str) -> None:
-        # A name comes from the client's body (a member, a tool's type or name) and goes into a header and a
-        # log line: only a bounded word of safe characters, and a bounded number of names.
-        name = NOT_IN_A_NAME.sub("_", name[:NAME_MAX])
+        # A name comes from the client's body (a member, a tool's type or name): bounded as the header's are,
+        # and so is the number of names kept while the request is read.
+        name = ignored_name(name)
         if name in self.dropped:
             return
         if len(self.dropped) < NAMES_MAX:

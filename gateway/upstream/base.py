@@ -3,7 +3,8 @@ one for a deployment (gateway.upstream says what each type is); what a deploymen
 the HTTP adapters share: the deployment's secret, read from its variable, and the transport that carries it
 in the type's own header."""
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 from functools import cached_property
 from typing import Any, Protocol, TypeVar
 
@@ -81,6 +82,27 @@ def adapter_for(deployment: AnyDeployment, deadline: Deadline | None = None) -> 
 SERVER_FEATURES = ("service_tier", "metadata", "store", "prompt_cache_key", "prompt_cache_options",
                    "prompt_cache_retention", "safety_identifier", "prediction", "web_search_options", "moderation",
                    "verbosity", "audio")
+
+
+# What X-Gateway-Ignored may say of one request: names of at most NAME_MAX characters of letters, digits and
+# _ . : - (any other becomes _), at most NAMES_MAX of them, then MORE. A name may come from the client's body (a
+# member, an item's or a tool's type) and goes into a header and a log line, which a line break would break.
+NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9_.:-]")
+NAME_MAX = 100
+NAMES_MAX = 64
+MORE = "more"
+
+
+def ignored_name(name: str) -> str:
+    """A name as X-Gateway-Ignored may say it."""
+    return NOT_IN_A_NAME.sub("_", name[:NAME_MAX])
+
+
+def ignored_names(names: Iterable[str]) -> list[str]:
+    """What an attempt left out, as X-Gateway-Ignored says it: each name once (in the order first met), safe,
+    at most NAMES_MAX of them, then MORE."""
+    found = list(dict.fromkeys(ignored_name(name) for name in names))
+    return found if len(found) <= NAMES_MAX else [*found[:NAMES_MAX], MORE]
 
 
 def name_left_out(payload: dict[str, Any], ignored: list[str] | None, names: tuple[str, ...] = SERVER_FEATURES) -> None:

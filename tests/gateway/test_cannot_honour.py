@@ -8,6 +8,7 @@ the shape the client parses. The proof is a real Claude Code request (tests/gate
 every deployment type, streamed and not.
 """
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -417,6 +418,24 @@ def test_the_names_of_what_was_left_out_are_safe_in_a_header_and_bounded(client,
     names = response["X-Gateway-Ignored"].split(", ")
     assert "X-Injected" not in response and "bad__X-Injected:_1" in names and "caf_" in names
     assert len(names) == 65 and names[-1] == "more"
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/responses", {"model": "local-chat", "input": [
+        {"role": "user", "content": "Hi"}, *({"type": f"x{n}\u202e\nX-Injected: 1"} for n in range(100))]}),
+    ("/v1/responses", {"model": "local-chat", "input": "Hi", "tools": [{"type": "bad\r\nX-Injected: 1"}]}),
+    ("/v1beta/models/local-chat:generateContent", {"contents": [{"parts": [{"text": "Hi"}]}], "bad\nX-Injected": 1,
+                                                   **{f"extra{n}": n for n in range(100)}}),
+])
+def test_every_api_names_what_was_left_out_safely_and_boundedly(client, seeded, free_key, path, body):
+    """The Responses API's item and tool types and the Gemini ingress's member names come from the client too:
+    a line break in one was a 500 after the charge, when the header was written."""
+    key, secret = free_key
+    response = client.post(path, json.dumps(body), content_type="application/json", **bearer(secret))
+    assert response.status_code == 200, response.content
+    names = response["X-Gateway-Ignored"].split(", ")
+    assert "X-Injected" not in response and all(re.fullmatch(r"[A-Za-z0-9_.:-]{1,100}", name) for name in names)
+    assert len(names) <= 65 and credits_of(key) == 99
 
 
 def test_every_server_feature_the_adapters_leave_out_is_in_the_providers_doc():

@@ -178,8 +178,10 @@ def deep_list(depth: int = 200):
     return value
 
 
+# The last two: a NUL (which PostgreSQL's text and jsonb cannot hold) and a line break after a bidirectional
+# override (which a header or a log line must not carry as it is).
 REPLACEMENTS = [None, True, 0, -1, 1e308, 2**64, "", "x" * 70000, [], {}, [None], {"": None}, deep_list(),
-                float("nan"), float("inf")]
+                float("nan"), float("inf"), "a\x00b", "x\u202e\n"]
 
 
 def member_paths(value, path=()):

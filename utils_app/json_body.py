@@ -1,5 +1,6 @@
 """A request body read strictly as a JSON object: valid UTF-8, valid JSON, an object, no lone surrogate."""
 import json
+import math
 import re
 
 from utils_app.errors import InvalidRequest
@@ -19,7 +20,7 @@ def _no_constant(name: str) -> float:
 
 def _finite(text: str) -> float:
     value = float(text)
-    if value in (float("inf"), float("-inf")):
+    if math.isinf(value):
         raise _NotANumber(text)
     return value
 

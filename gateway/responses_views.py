@@ -11,7 +11,7 @@ from gateway import services
 from gateway.responses.chat_request import input_tokens
 from gateway.responses.dialect import ResponsesDialect
 from gateway.responses.request import check_request
-from gateway.responses.store import input_items_page, not_found, previous
+from gateway.responses.store import input_items_page, not_found, previous, stored_of
 from gateway.models import StoredResponse
 from gateway.views import ERRORS, METERED_HEADERS, KeyLimitedView, MeteredView, body_example
 from utils_app.errors import ClientError, GatewayError
@@ -88,7 +88,7 @@ class ResponsesView(MeteredView):
 
 
 def _stored(request, response_id: str) -> StoredResponse:
-    found = StoredResponse.objects.filter(pk=response_id, key=request.user).first()
+    found = stored_of(request.user, response_id).first()
     if found is None:
         raise not_found(response_id)
     return found
@@ -106,7 +106,7 @@ class ResponseView(KeyLimitedView):
         return Response(_stored(request, response_id).response)
 
     def delete(self, request, response_id: str):
-        deleted, _ = StoredResponse.objects.filter(pk=response_id, key=request.user).delete()
+        deleted, _ = stored_of(request.user, response_id).delete()
         if not deleted:
             raise not_found(response_id)
         return Response({"id": response_id, "object": "response.deleted", "deleted": True})

@@ -81,6 +81,9 @@ def current_request_id() -> str:
 # What of an error's message the summary keeps: one line (no control characters a client could use
 # to forge another log line), and not a whole essay.
 MAX_ERROR_CHARS = 300
+# The client's address is X-Forwarded-For's text behind a trusted proxy that passes it on as written; an
+# address, IPv6 with a zone included, is far shorter.
+MAX_CLIENT_CHARS = 100
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
 
 
@@ -114,7 +117,8 @@ def write(line: RequestLine, status: int, *, sent: int | None = None) -> None:
     fields = line.fields(status, sent=sent)
     args = (fields["method"], fields["operation"] or "-", fields["model"] or "-", status, fields["credits"],
             fields["input_tokens"], fields["output_tokens"], fields["upstream_ms"], fields["total_ms"],
-            fields["key"] or "-", "-" if sent is None else sent, fields["client"] or "-",
+            fields["key"] or "-", "-" if sent is None else sent,
+            one_line(fields["client"])[:MAX_CLIENT_CHARS] or "-",
             f" failed_attempts={one_line(','.join(line.attempts))}" if line.attempts else "",
             f" ignored={one_line(','.join(line.ignored))}" if line.ignored else "",
             f" client_request_id={line.client_request_id}" if line.client_request_id else "",

@@ -4,6 +4,8 @@ import json
 import re
 from typing import Any
 
+from django.db.models import QuerySet
+
 from gateway.models import StoredResponse
 from gateway.responses.request import input_items, need, new_id
 from keys.models import ApiKey
@@ -39,10 +41,18 @@ def previous(key: ApiKey, response_id: str | None) -> StoredResponse | None:
     is a 404 response_not_found, before anything is charged."""
     if response_id is None:
         return None
-    found = StoredResponse.objects.filter(pk=response_id, key=key).first()
+    found = stored_of(key, response_id).first()
     if found is None:
         raise not_found(response_id, param="previous_response_id")
     return found
+
+
+def stored_of(key: ApiKey, response_id: str) -> QuerySet[StoredResponse]:
+    """The key's stored response of this id, as a query: empty for an id no stored response can have."""
+    # PostgreSQL's text cannot hold a NUL, so no stored id has one, and asking it for one is a database error.
+    if "\x00" in response_id:
+        return StoredResponse.objects.none()
+    return StoredResponse.objects.filter(pk=response_id, key=key)
 
 
 def not_found(response_id: str, *, param: str | None = None) -> NotFound:

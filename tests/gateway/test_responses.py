@@ -184,6 +184,21 @@ def test_delete_answers_the_deleted_object(client, seeded, local_key):
     assert not StoredResponse.objects.exists()
 
 
+def test_a_response_id_with_a_nul_is_no_stored_response_anywhere(client, seeded, local_key):
+    # PostgreSQL's text cannot hold a NUL, so no stored id has one: asked for, it was a database error (a 500).
+    key, secret = local_key
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+    for method, path in (("get", "/v1/responses/resp_a%00b"), ("get", "/v1/responses/resp_a%00b/input_items"),
+                         ("delete", "/v1/responses/resp_a%00b")):
+        answer = getattr(client, method)(path, **auth)
+        assert answer.status_code == 404 and answer.json()["error"]["code"] == "response_not_found", answer.content
+    follow_up = post(client, "/v1/responses", {"model": "local-chat", "input": "Hi",
+                                               "previous_response_id": "resp_a\x00b"}, secret)
+    assert follow_up.status_code == 404, follow_up.content
+    assert follow_up.json()["error"]["param"] == "previous_response_id"
+    assert credits_of(key) == 100 and mismatches() == []
+
+
 def test_store_false_keeps_nothing_and_a_follow_up_on_it_is_a_free_404(sdk):
     client, key, _ = sdk
     made = client.responses.create(model="local-chat", input="Hi", store=False)

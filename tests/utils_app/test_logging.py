@@ -1,4 +1,5 @@
 """Log lines: the request id on each, one summary per request, JSON with LOG_FORMAT=json, never a secret."""
+import ipaddress
 import json
 import logging
 import os
@@ -260,6 +261,19 @@ def test_an_error_message_is_kept_on_one_line_and_cut():
     assert "\n" not in line.error
     assert line.error.startswith("invalid_value: messages.0.role: bad INFO gateway.requests forged line")
     assert len(line.error) == request_log.MAX_ERROR_CHARS
+
+
+@pytest.mark.django_db
+def test_a_forwarded_address_cannot_write_a_log_line_of_its_own(client, settings, captured):
+    # Behind a trusted proxy that passes the header on as the client wrote it, the address is the client's text.
+    settings.TRUSTED_PROXIES = [ipaddress.ip_network("127.0.0.1/32")]
+    logs = captured("plain")
+    forged = "203.0.113.5\r\nINFO gateway.requests [0] GET health - 200 forged" + "x" * 500
+    response = client.get("/health", HTTP_X_FORWARDED_FOR=forged)
+    [line] = [line for line in logs.text.splitlines() if f"[{response['X-Request-ID']}]" in line]
+    assert " client=203.0.113.5 INFO gateway.requests [0] GET health - 200 forged" in line
+    assert len(line.partition(" client=")[2]) == request_log.MAX_CLIENT_CHARS
+    assert "forged" not in logs.text.replace(line, "")
 
 
 @pytest.mark.django_db

@@ -28,13 +28,13 @@ import os
 import re
 import threading
 from http.cookiejar import DefaultCookiePolicy
-from typing import Any
 
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.exceptions import ReadTimeoutError
 
+from utils_app.json_body import strings_mapped
 from utils_app.speed import upstream_pool
 
 USER_AGENT = "model-gateway/1.0"
@@ -139,20 +139,9 @@ def json_object(content: bytes | str) -> dict | None:
     if found is None:
         return body
     try:
-        return _whole(body)
+        return strings_mapped(body, lambda text: _SURROGATE.sub("\ufffd", text))
     except RecursionError:
         return None
-
-
-def _whole(value: Any) -> Any:
-    """Parsed JSON with every lone surrogate, in strings and member names, replaced by U+FFFD."""
-    if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value)
-    if isinstance(value, dict):
-        return {_whole(name): _whole(member) for name, member in value.items()}
-    if isinstance(value, list):
-        return [_whole(member) for member in value]
-    return value
 
 
 class Answer:

@@ -2,6 +2,8 @@
 import json
 import math
 import re
+from collections.abc import Callable
+from typing import Any
 
 from utils_app.errors import InvalidRequest
 
@@ -72,3 +74,14 @@ def _strings(data):
             pending.extend(item.values())
         elif isinstance(item, list):
             pending.extend(item)
+
+
+def strings_mapped(value: Any, change: Callable[[str], str]) -> Any:
+    """Parsed JSON with ``change`` applied to every string in it, member names included."""
+    if isinstance(value, str):
+        return change(value)
+    if isinstance(value, dict):
+        return {change(name): strings_mapped(member, change) for name, member in value.items()}
+    if isinstance(value, list):
+        return [strings_mapped(member, change) for member in value]
+    return value

@@ -10,6 +10,7 @@ from gateway.models import StoredResponse
 from gateway.responses.request import input_items, need, new_id
 from keys.models import ApiKey
 from utils_app.errors import NotFound
+from utils_app.json_body import strings_mapped
 
 
 # What a JSON column cannot hold in a string, though an answer may: NUL (PostgreSQL's jsonb refuses its
@@ -23,17 +24,7 @@ def storable_json(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False)
     if "\\u0000" not in text and (text.isascii() or not _UNSTORABLE.search(text)):
         return text
-    return json.dumps(_storable(value), ensure_ascii=False)
-
-
-def _storable(value: Any) -> Any:
-    if isinstance(value, str):
-        return _UNSTORABLE.sub("\ufffd", value)
-    if isinstance(value, dict):
-        return {_storable(name): _storable(member) for name, member in value.items()}
-    if isinstance(value, list):
-        return [_storable(member) for member in value]
-    return value
+    return json.dumps(strings_mapped(value, lambda text: _UNSTORABLE.sub("\ufffd", text)), ensure_ascii=False)
 
 
 def previous(key: ApiKey, response_id: str | None) -> StoredResponse | None:

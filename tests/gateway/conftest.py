@@ -56,6 +56,26 @@ def post(client, path: str, body, secret: str | None = None, **extra):
     return client.post(path, data, content_type="application/json", **headers, **extra)
 
 
+# The APIs whose error shapes in_error_shape tells apart.
+OPENAI, ANTHROPIC, GOOGLE = "openai", "anthropic", "google"
+
+
+def in_error_shape(api: str, status: int, answer) -> bool:
+    """Whether ``answer`` is an error as the API's clients parse one: Anthropic's, Google's (its code the
+    status) or the contract's (OpenAI's, which the Responses API shares)."""
+    if not isinstance(answer, dict):
+        return False
+    if api == ANTHROPIC:
+        return (set(answer) == {"type", "error"} and answer["type"] == "error"
+                and isinstance(answer["error"], dict) and set(answer["error"]) == {"type", "message"})
+    error = answer.get("error")
+    if not isinstance(error, dict):
+        return False
+    if api == GOOGLE:
+        return set(error) == {"code", "message", "status"} and error["code"] == status
+    return set(error) == {"message", "type", "param", "code"}
+
+
 def assert_error(response, status: int, code: str, type_: str = "invalid_request_error", param=...):
     assert response.status_code == status, response.content
     error = response.json()["error"]

@@ -16,7 +16,18 @@ from keys.ledger import mismatches
 from keys.models import ApiKey, LedgerEntry
 from models_catalog.models import Provider
 from tests.gateway import anthropic_fake, gemini_fake
-from tests.gateway.conftest import UPSTREAM_KEY_ENV, UPSTREAM_SECRET, chat_completion, chunk, serve, usage_chunk
+from tests.gateway.conftest import (
+    ANTHROPIC,
+    GOOGLE,
+    OPENAI,
+    UPSTREAM_KEY_ENV,
+    UPSTREAM_SECRET,
+    chat_completion,
+    chunk,
+    in_error_shape,
+    serve,
+    usage_chunk,
+)
 from utils_app import state
 
 pytestmark = pytest.mark.django_db
@@ -175,14 +186,9 @@ READERS = [
 ]
 
 
-def error_shaped(kind: str, body) -> bool:
-    if kind == "messages":
-        error = body.get("error") if isinstance(body, dict) else None
-        return body.get("type") == "error" and isinstance(error, dict) and {"type", "message"} <= set(error)
-    error = body.get("error") if isinstance(body, dict) else None
-    if kind == "gemini":
-        return isinstance(error, dict) and {"code", "message", "status"} <= set(error)
-    return isinstance(error, dict) and set(error) == {"message", "type", "param", "code"}
+def error_shaped(kind: str, status: int, text: str | bytes) -> bool:
+    """Whether a refused request's answer is an error in the shape of the inbound API ``kind`` names."""
+    return in_error_shape({"messages": ANTHROPIC, "gemini": GOOGLE}.get(kind, OPENAI), status, json.loads(text))
 
 
 def fault(response, kind: str) -> str | None:
@@ -197,7 +203,7 @@ def fault(response, kind: str) -> str | None:
         return "a trace in the answer"
     if "internal_error" in text:  # an exception the gateway did not expect, told in a stream's error event
         return f"an internal error: {text[-300:]}"
-    if response.status_code >= 400 and not error_shaped(kind, json.loads(text)):
+    if response.status_code >= 400 and not error_shaped(kind, response.status_code, text):
         return f"an error not in the API's shape: {text[:200]}"
     return None
 
@@ -300,7 +306,8 @@ def test_a_completions_unreadable_tool_calls_or_finish_reason_is_a_malformed_ans
     (answer["choices"][0]["message"] if member == "tool_calls" else answer["choices"][0])[member] = value
     upstream.json("/chat/completions", answer)
     response = ask(client, secret, "fz-openai", request_)
-    assert response.status_code == 502 and error_shaped(request_[2], response.json()), response.content
+    assert response.status_code == 502, response.content
+    assert error_shaped(request_[2], response.status_code, response.content), response.content
     assert ApiKey.objects.get(pk=key.pk).credits == 100
 
 
@@ -335,7 +342,8 @@ def test_an_anthropic_delta_whose_index_is_not_a_number_is_a_malformed_event(cli
     first_delta["index"] = index
     upstream.sse("/messages", events)
     response = ask(client, secret, "fz-claude", MESSAGES_STREAM)
-    assert response.status_code == 502 and error_shaped("messages", response.json()), response.content
+    assert response.status_code == 502, response.content
+    assert error_shaped("messages", response.status_code, response.content), response.content
     assert ApiKey.objects.get(pk=key.pk).credits == 100
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from keys.ledger import mismatches
 from models_catalog.models import UsageEvent
-from tests.gateway.conftest import credits_of
+from tests.gateway.conftest import ANTHROPIC, GOOGLE, OPENAI, credits_of, in_error_shape
 
 pytestmark = pytest.mark.django_db
 
@@ -146,7 +146,6 @@ GEMINI_MORE = {"contents": [{"role": "user", "parts": [
                "generation_config": {"candidate_count": 1, "top_p": 0.9, "top_k": 5, "response_mime_type": "text/plain",
                                      "thinking_config": {"thinking_level": "low"}}}
 
-OPENAI, ANTHROPIC, GOOGLE = "openai", "anthropic", "google"
 # (name, dialect, routes the body is posted to, valid body)
 CASES = [
     ("chat", OPENAI, ["/v1/chat/completions"], CHAT),
@@ -227,18 +226,6 @@ def mutants(body: dict, rng: random.Random):
             yield f"{path} + unknown member", mutated
 
 
-def in_its_shape(dialect: str, status: int, answer: dict) -> bool:
-    if dialect == ANTHROPIC:
-        return (set(answer) == {"type", "error"} and answer["type"] == "error"
-                and set(answer["error"]) == {"type", "message"})
-    error = answer.get("error")
-    if not isinstance(error, dict):
-        return False
-    if dialect == GOOGLE:
-        return set(error) == {"code", "message", "status"} and error["code"] == status
-    return set(error) == {"message", "type", "param", "code"}
-
-
 def send(client, secret: str, dialect: str, route: str, body) -> tuple[int, bytes]:
     """The answer's status and whole body (a stream read to its end), the key sent as the dialect's clients do."""
     auth = {ANTHROPIC: {"HTTP_X_API_KEY": secret}, GOOGLE: {"HTTP_X_GOOG_API_KEY": secret}}.get(
@@ -259,7 +246,7 @@ def defects(status: int, content: bytes, dialect: str) -> str | None:
             answer = json.loads(content)
         except ValueError:
             return f"{status} not JSON: {content[:300]!r}"
-        if not isinstance(answer, dict) or not in_its_shape(dialect, status, answer):
+        if not isinstance(answer, dict) or not in_error_shape(dialect, status, answer):
             return f"{status} in another shape: {content[:300]!r}"
     return None
 
@@ -292,7 +279,7 @@ def sweep(client, make_key, cases=CASES, seed=20261129) -> tuple[int, list[str]]
 def refused(client, secret, dialect, route, body, param: str | None, code: str = "invalid_value") -> str:
     status, content = send(client, secret, dialect, route, body)
     answer = json.loads(content)
-    assert status == 400 and in_its_shape(dialect, status, answer), content
+    assert status == 400 and in_error_shape(dialect, status, answer), content
     if dialect == OPENAI:
         assert (answer["error"]["code"], answer["error"]["param"]) == (code, param), answer
     return answer["error"]["message"]

@@ -22,11 +22,11 @@ from django.urls import Resolver404, URLPattern, URLResolver, get_resolver, reso
 from gateway import media
 from keys.ledger import mismatches
 from models_catalog.models import Deployment
-from tests.gateway.conftest import credits_of
+from tests.gateway.conftest import ANTHROPIC, GOOGLE, OPENAI, credits_of, in_error_shape
 
 pytestmark = pytest.mark.django_db
 
-OPENAI, ANTHROPIC, GOOGLE, HTML = "openai", "anthropic", "google", "html"
+HTML = "html"
 
 # What a client may put in one header, query parameter or path part.
 VALUES = ("", " ", "x" * 10_000, "a\x00b", "x\r\nX-Injected: 1", "\u202e", "café", "%", "%zz", "../../etc",
@@ -171,20 +171,6 @@ def wsgi_headers(call: Call, secret: str) -> dict:
     return meta
 
 
-def in_its_shape(dialect: str, status: int, answer) -> bool:
-    if not isinstance(answer, dict):
-        return False
-    if dialect == ANTHROPIC:
-        return (set(answer) == {"type", "error"} and answer["type"] == "error"
-                and isinstance(answer["error"], dict) and set(answer["error"]) == {"type", "message"})
-    error = answer.get("error")
-    if not isinstance(error, dict):
-        return False
-    if dialect == GOOGLE:
-        return set(error) == {"code", "message", "status"} and error["code"] == status
-    return set(error) == {"message", "type", "param", "code"}
-
-
 def send(client: Client, call: Call, secret: str):
     url = call.url().replace(quote("{secret}", safe=""), secret)
     meta = wsgi_headers(call, secret)
@@ -211,7 +197,7 @@ def defects(call: Call, response, content: bytes) -> str | None:
             or any("\n" in value or "\r" in value for value in response.headers.values()):
         return f"{status} with an injected header: {dict(response.headers)}"
     if status >= 400 and call.dialect != HTML and "json" in response.get("Content-Type", ""):
-        if not in_its_shape(call.dialect, status, json.loads(content)):
+        if not in_error_shape(call.dialect, status, json.loads(content)):
             return f"{status} in another shape: {content[:300]!r}"
     elif status >= 400 and call.dialect != HTML:
         return f"{status} not JSON: {content[:300]!r}"

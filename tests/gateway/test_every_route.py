@@ -34,8 +34,9 @@ def example_path(route: str) -> str:
         inner = match.group("regex") or ".*"
         return next((value for value in SAMPLES if re.fullmatch(inner, value)), "x")
 
-    path = re.sub(r"<(?:\w+:)?\w+>", "1", route)  # path() converters
-    path = re.sub(r"\(\?P<\w+>(?P<regex>[^()]*(?:\([^()]*\)[^()]*)*)\)", sample, path)  # re_path() groups
+    # re_path() groups first: a group's name is written <name> too, which the converters' pattern would take.
+    path = re.sub(r"\(\?P<\w+>(?P<regex>[^()]*(?:\([^()]*\)[^()]*)*)\)", sample, route)
+    path = re.sub(r"<(?:\w+:)?\w+>", "1", path)  # path() converters
     path = re.sub(r"\(\?:[^()]*\)\?", "", path)  # optional non-capturing parts
     return "/" + path.replace("^", "").replace("$", "").replace("\\Z", "")
 

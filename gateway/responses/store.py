@@ -1,7 +1,6 @@
 """The conversation the gateway keeps: a follow-up's stored response, the items a response was made from,
 and the page of them GET /v1/responses/{id}/input_items lists."""
 import json
-import re
 from typing import Any
 
 from django.db.models import QuerySet
@@ -13,18 +12,15 @@ from utils_app.errors import NotFound
 from utils_app.json_body import strings_mapped
 
 
-# What a JSON column cannot hold in a string, though an answer may: NUL (PostgreSQL's jsonb refuses its
-# escape) and a lone UTF-16 surrogate (no character, so no UTF-8 either: a hostile upstream's escape).
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-
-
 def storable_json(value: Any) -> str:
-    """``value`` as the JSON text a stored response keeps: as it is, but for any string holding a character a
-    JSON column refuses, which is kept with U+FFFD in its place (the client had the answer as it came)."""
+    """``value`` as the JSON text a stored response keeps: as it is, but for a NUL in a string, which
+    PostgreSQL's jsonb refuses and is kept as U+FFFD (the client had the answer as it came). A lone surrogate,
+    the other character no JSON column holds, never gets this far: a client's body refuses one
+    (utils_app.json_body), an upstream's answer reads it as U+FFFD (utils_app.http.json_object)."""
     text = json.dumps(value, ensure_ascii=False)
-    if "\\u0000" not in text and (text.isascii() or not _UNSTORABLE.search(text)):
+    if "\\u0000" not in text:  # json.dumps writes a NUL as this escape
         return text
-    return json.dumps(strings_mapped(value, lambda text: _UNSTORABLE.sub("\ufffd", text)), ensure_ascii=False)
+    return json.dumps(strings_mapped(value, lambda part: part.replace("\x00", "\ufffd")), ensure_ascii=False)
 
 
 def previous(key: ApiKey, response_id: str | None) -> StoredResponse | None:

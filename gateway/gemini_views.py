@@ -38,7 +38,7 @@ from gateway.notes import RequestNotes
 from gateway.views import KeyLimitedView, MeteredView
 from models_catalog import catalog
 from models_catalog.views import ModelDetailView, ModelListView
-from utils_app.errors import AccessDenied, GatewayError, NotFound, RequestTooLarge
+from utils_app.errors import AccessDenied, GatewayError, InvalidRequest, NotFound, RequestTooLarge
 from utils_app.json_body import parse_json_object
 from utils_app.schema import ErrorBody
 
@@ -57,13 +57,14 @@ GoogleErrorBody = inline_serializer(name="GoogleErrorBody", fields={
 GOOGLE_ERRORS = {status: OpenApiResponse(GoogleErrorBody,
                                           description=f"Google's status {status_word(status)}")
                  for status in (400, 401, 402, 403, 404, 405, 409, 413, 422, 429, 500, 502, 503, 504)}
-# A path whose version, model or method matches no route of Google's API names no operation at all: it gets
-# the service's usual 404 (utils_app.error_handler.handler404), not Google's.
+# Under v1/, which the OpenAI-shaped API shares, a model looked up by a client that did not send its key the way
+# Google's SDKs do is the catalog's 404, in the service's own shape; under v1beta/ every 404 is Google's, a path
+# that matches no route included (gateway.urls.handler404).
 GOOGLE_ERRORS[404] = OpenApiResponse(
     PolymorphicProxySerializer(component_name="GoogleOrGatewayErrorBody", serializers=[GoogleErrorBody, ErrorBody],
                                resource_type_field_name=None),
-    description="Google's status NOT_FOUND (a model or method not served); a path that matches no operation "
-                "gets the service's own error body")
+    description="Google's status NOT_FOUND (a model, method or path not served); under v1/, a model the "
+                "OpenAI-shaped catalog does not list gets the service's own error body")
 
 
 class GeminiViewMixin:
@@ -118,8 +119,10 @@ class GeminiModelView(GeminiViewMixin, KeyLimitedView):
     parameters=[OpenApiParameter("version", str, OpenApiParameter.PATH, enum=VERSIONS),
                 OpenApiParameter("model", str, OpenApiParameter.PATH, description="A chat or embedding model's id."),
                 OpenApiParameter("method", str, OpenApiParameter.PATH, enum=METHODS),
-                OpenApiParameter("alt", str, OpenApiParameter.QUERY, enum=["sse"], required=False,
-                                 description="sse: streamGenerateContent answers server-sent events."),
+                OpenApiParameter("alt", str, OpenApiParameter.QUERY, enum=["json", "sse"], required=False,
+                                 description="sse: streamGenerateContent answers server-sent events; json (the "
+                                             "default): one JSON answer, or one array of them; any other "
+                                             "value is a 400."),
                 OpenApiParameter("key", str, OpenApiParameter.QUERY, required=False,
                                  description="The key, when not sent in a header.")],
     responses={(200, "application/json"): OpenApiTypes.OBJECT, (200, "text/event-stream"): OpenApiTypes.STR,
@@ -173,9 +176,11 @@ class GeminiMethodView(GeminiViewMixin, MeteredView):
     def validate(self, body: dict) -> tuple[dict, set]:
         self.gemini_body = body  # passed through as it is to a gemini deployment
         if self.method in EMBED_METHODS:
+            check_alt(self.request)
             self.embed_request = embed_request(body, self.model_id, self.method)
             return EmbeddingsRequest.with_data(
                 embedding_params(self.embed_request, self.model_id)).validated()
+        check_alt(self.request)
         self.decoded = chat_request(body, self.model_id, stream=self.method == "streamGenerateContent")
         return super().validate(self.decoded.params)
 
@@ -195,9 +200,19 @@ class GeminiMethodView(GeminiViewMixin, MeteredView):
         body = parse_json_object(request.body)
         # A model the gateway does not serve is what the client learns first, whatever else its body holds.
         pipeline.resolve_model(key=request.user, operation="chat", model_id=self.model_id)
+        check_alt(request)
         params = counting_request(body, self.model_id)
         params, _ = ChatCompletionRequest(data=params).validated()
         return Response({"totalTokens": services.estimate_chat_tokens(params)})
+
+
+def check_alt(request) -> None:
+    """``?alt=``, the answer's format: ``json`` (the default) or ``sse`` (events, read by streamGenerateContent
+    alone). Google's other formats (``proto``, ``media``) are ones the gateway cannot write: a client asking
+    for one is told so, as part of validating its request, rather than handed JSON it cannot read."""
+    alt = request.query_params.get("alt")
+    if alt not in (None, "json", "sse"):
+        raise InvalidRequest("alt: must be json or sse; this gateway answers no other format.", param="alt")
 
 
 # ---------------------------------------------------------------- /v1/models, shared with the catalog

@@ -3,10 +3,12 @@ from django.contrib import admin
 from django.urls import include, path
 
 from gateway.deployment_views import DeploymentListView, DisableDeploymentView, EnableDeploymentView
+from gateway.gemini_api.errors import error_body as google_error_body
 from gateway.metrics import metrics_view
 from gateway.site import LandingView, favicon
 from keys.auth import name_sent_key
 from utils_app import error_handler
+from utils_app.errors import NotFound
 
 urlpatterns = [
     # The metered operations first: resolving the request path's own URLs tries no other app's patterns.
@@ -42,4 +44,12 @@ def handler404(request, exception=None):
     """A path the service does not have: the JSON 404 of every unknown path, and the key the request sent
     named on its summary line (keys.auth.name_sent_key says what that may cost)."""
     name_sent_key(request)
+    if request.path.startswith(GOOGLE_PATHS) or request.path in ("/v1beta", "/upload/v1beta"):
+        # Only Google's API lives under v1beta/ (its uploads under upload/v1beta/): a Google client's call the
+        # gateway does not serve (cachedContents, files) is answered in the shape that client reads.
+        error = NotFound(f"No operation at {request.path}.")
+        return error_handler.json_error(error, google_error_body(error))
     return error_handler.handler404(request, exception)
+
+
+GOOGLE_PATHS = ("/v1beta/", "/upload/v1beta/")

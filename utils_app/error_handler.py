@@ -135,10 +135,11 @@ def exception_handler(exc, context):
 _JSON = JSONRenderer()
 
 
-def json_error(exc: GatewayError) -> HttpResponse:
+def json_error(exc: GatewayError, body: dict | None = None) -> HttpResponse:
     """The same body for plain Django views (handler404 and the like), byte for byte as an API view's
-    error renders (DRF's JSON renderer: no spaces, UTF-8 as it is)."""
-    response = HttpResponse(_JSON.render(exc.body()), content_type="application/json", status=exc.status)
+    error renders (DRF's JSON renderer: no spaces, UTF-8 as it is); ``body`` as in error_response."""
+    response = HttpResponse(_JSON.render(exc.body() if body is None else body), content_type="application/json",
+                            status=exc.status)
     for name, value in exc.headers.items():
         response[name] = value
     return response

@@ -228,6 +228,37 @@ def test_a_stream_without_alt_sse_is_one_json_array(client, seeded, local_key):
     charged(key, "gemini")
 
 
+def test_alt_json_is_the_default_and_a_format_the_gateway_cannot_write_is_a_400(client, seeded, local_key):
+    key, secret = local_key
+    array = post(client, "/v1beta/models/local-chat:streamGenerateContent?alt=json", {"contents": HELLO}, secret)
+    assert array.status_code == 200 and isinstance(json.loads(b"".join(array.streaming_content)), list)
+    charged(key, "gemini")
+    paths = ["/v1beta/models/local-chat:generateContent", "/v1beta/models/local-chat:streamGenerateContent",
+             "/v1beta/models/local-chat:countTokens", "/v1beta/models/local-embedding:embedContent"]
+    for path in paths:
+        for alt in ("proto", "media", "", "SSE"):
+            refused = post(client, f"{path}?alt={alt}", {"contents": HELLO, "content": HELLO[0]}, secret)
+            assert refused.status_code == 400, (path, alt, refused.content)
+            assert refused.json()["error"]["status"] == "INVALID_ARGUMENT"
+            assert refused.json()["error"]["message"].startswith("alt: ")
+    # The model is still what a client learns first (CONTRACT section 4).
+    unknown = post(client, "/v1beta/models/no-such-model:generateContent?alt=proto", {"contents": HELLO}, secret)
+    assert unknown.status_code == 404 and unknown.json()["error"]["status"] == "NOT_FOUND"
+    assert LedgerEntry.objects.filter(kind="charge").count() == 1 and credits_of(key) == 99
+
+
+@pytest.mark.parametrize("path", ["/v1beta/cachedContents", "/v1beta/files/abc", "/v1beta/", "/v1beta",
+                                  "/upload/v1beta/files", "/v1beta/models/"])
+def test_a_path_under_v1beta_the_gateway_does_not_serve_is_googles_404(client, db, path):
+    for send in (client.get, client.post):
+        answer = send(path)
+        assert answer.status_code == 404
+        assert answer.json() == {"error": {"code": 404, "message": f"No operation at {path}.",
+                                           "status": "NOT_FOUND"}}
+    # Under v1/, which the OpenAI-shaped API shares, an unknown path keeps the service's own shape.
+    assert client.get("/v1/cachedContents").json()["error"]["code"] == "not_found"
+
+
 def test_snake_case_members_are_read_as_google_reads_them(client, openai_deployed, free_key):
     from tests.gateway.conftest import chat_completion
 

@@ -185,9 +185,11 @@ def send(client: Client, call: Call, secret: str):
 
 def defects(call: Call, response, content: bytes) -> str | None:
     status = response.status_code
-    if status == 404 and call.dialect == GOOGLE and not _routed(call.url().partition("?")[0]):
-        # A path no route takes (a line break in the model, an empty version) is the service's own JSON 404,
-        # which names no API: it has no route to tell it which.
+    path = call.url().partition("?")[0]
+    if status == 404 and call.dialect == GOOGLE and not _routed(path) \
+            and not response.wsgi_request.path.startswith("/v1beta/"):
+        # A path no route takes (a line break in the model, an empty version) is the service's own JSON 404
+        # outside v1beta/, where only Google's API lives: it has no route to tell it which API was meant.
         call = replace(call, dialect=OPENAI)
     if status >= 500 and status not in (502, 503, 504):
         return f"{status}: {content[:300]!r}"

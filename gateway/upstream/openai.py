@@ -166,8 +166,9 @@ class OpenAIAdapter(HttpAdapter):
                 # The client's events carry it as an object, and the last one is the response kept and metered.
                 raise self.transport.malformed("stream event")
             if kind in ("error", "response.failed"):
+                # A response here is an object (checked above), or left out.
                 detail = event.get("message") if kind == "error" else _error_message(
-                    (event.get("response") or {}).get("error") if isinstance(event.get("response"), dict) else None)
+                    (event.get("response") or {}).get("error"))
                 raise UpstreamError(f"The upstream provider '{self.name}' failed during the stream: "
                                     f"{self.transport.clean(str(detail))}")
             yield PassedThrough(response_event_chunk(event), event)
@@ -335,7 +336,7 @@ def response_finish(response: dict[str, Any], *, calls: bool) -> StopReason:
 def response_event_chunk(event: dict[str, Any]) -> dict[str, Any]:
     """What one Responses stream event says to the metering, as a chat chunk (``StreamPiece``'s brief one):
     text as content, a tool call as it opens, the end with its finish reason and usage; nothing for the
-    others."""
+    others. An ending event's ``response`` is an object: the adapter refuses a stream whose is not."""
     kind, delta = event["type"], Delta()
     if kind == "response.output_text.delta" and isinstance(event.get("delta"), str):
         delta = Delta(text=event["delta"])
@@ -346,8 +347,7 @@ def response_event_chunk(event: dict[str, Any]) -> dict[str, Any]:
         # The item opens with its arguments empty; they follow in function_call_arguments events.
         delta = Delta(tool_calls=(ToolCallDelta(index, call.id, call.name),))
     elif kind in RESPONSE_ENDS:
-        found = event.get("response")
-        response: dict[str, Any] = found if isinstance(found, dict) else {}
+        response: dict[str, Any] = event["response"]
         output: list[Any] = response["output"] if isinstance(response.get("output"), list) else []
         calls = any(isinstance(item, dict) and item.get("type") in CALL_ITEMS for item in output)
         counted = response_counts(response["usage"]) if isinstance(response.get("usage"), dict) else None

@@ -9,7 +9,8 @@ these beside its reverse: Anthropic's stop reasons, usage and tool_use blocks in
 gateway.upstream.anthropic_answer, Gemini's finish reasons, usageMetadata and functionCall parts in
 gateway.upstream.gemini_answer, the Responses API's incomplete reasons, usage and function_call items in
 gateway.upstream.openai. A request's earlier tool calls are ToolCall values too. A streamed answer's
-chunks are written by the adapters and read by the codecs as StreamPiece values. What is typed so far and
+chunks are written by the adapters and read by the codecs as StreamPiece values, a whole answer's
+choices as Choice values. What is typed so far and
 what still travels as a dict is in docs/architecture.md ("One conversation shape").
 """
 import json
@@ -33,6 +34,23 @@ class StopReason(StrEnum):
 def token_count(value: Any) -> int | None:
     """A token count as reported, when it can be used: a non-negative integer (never a boolean); else None."""
     return value if type(value) is int and value >= 0 else None
+
+
+def content_text(content: Any) -> str:
+    """The text of a chat message's content: a string, or the text parts of an array, joined by spaces."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(part["text"] for part in content
+                        if isinstance(part, dict) and isinstance(part.get("text"), str))
+    return ""
+
+
+def stop_reason_of(finish: Any) -> StopReason | None:
+    """Chat's finish_reason as a StopReason: None when not given, stop for one chat does not name."""
+    if not finish:
+        return None
+    return StopReason(finish) if finish in StopReason.__members__.values() else StopReason.STOP
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,8 +200,7 @@ class Delta:
                    "assistant" if delta.get("role") == "assistant" else None, text if isinstance(text, str) else None,
                    tuple(ToolCallDelta.from_chat(call) for call in calls if isinstance(call, dict))
                    if isinstance(calls, list) else (),
-                   (StopReason(finish) if finish in StopReason.__members__.values() else StopReason.STOP)
-                   if finish else None, logprobs if isinstance(logprobs, dict) else None)
+                   stop_reason_of(finish), logprobs if isinstance(logprobs, dict) else None)
 
     def to_chat(self, *, brief: bool = False) -> dict[str, Any]:
         delta: dict[str, Any] = {} if self.role is None else {"role": self.role}
@@ -226,6 +243,34 @@ class StreamPiece:
         if self.usage is not None:
             chunk["usage"] = self.usage.to_chat() | ({} if self.cost is None else {"cost": self.cost})
         return chunk
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """A choice of a whole answer (a chat.completion's choices entry) as an inbound API writes it out: its
+    text, its tool calls and why it ended (None: not said). Read as StreamPiece reads a chunk, taking what it
+    safely can, whatever the adapter handed back."""
+
+    index: int = 0
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish: StopReason | None = None
+
+    @classmethod
+    def from_chat(cls, choice: dict[str, Any], position: int) -> Self:
+        found, index = choice.get("message"), choice.get("index")
+        message: dict[str, Any] = found if isinstance(found, dict) else {}
+        calls = message.get("tool_calls")
+        return cls(index if type(index) is int else position, content_text(message.get("content")),
+                   tuple(ToolCall.from_chat(call) for call in calls if isinstance(call, dict))
+                   if isinstance(calls, list) else (), stop_reason_of(choice.get("finish_reason")))
+
+    @classmethod
+    def all_of(cls, completion: Mapping[str, Any]) -> list[Self]:
+        """The choices of a chat.completion that are objects, in their order."""
+        listed = completion.get("choices")
+        return [cls.from_chat(choice, position) for position, choice in
+                enumerate(listed if isinstance(listed, list) else ()) if isinstance(choice, dict)]
 
 
 class PassedThrough(dict[str, Any]):

@@ -16,17 +16,7 @@ thinkingConfig in gateway.upstream.gemini_request.
 from dataclasses import dataclass
 from typing import Any, Literal, Self
 
-from gateway.conversation import ToolCall
-
-
-def content_text(content: Any) -> str:
-    """The text of a chat message's content: a string, or the text parts of an array, joined by spaces."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(part["text"] for part in content
-                        if isinstance(part, dict) and isinstance(part.get("text"), str))
-    return ""
+from gateway.conversation import ToolCall, content_text
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ import json
 import time
 
 from gateway import idempotency, media, metering
-from gateway.conversation_request import content_text
+from gateway.conversation import Choice
 from gateway.output_serializers import ImageGenerationResult, SpeechResult
 from gateway.tokens import count_tokens
 from gateway.pipeline import Meter, Outcome, metered
@@ -90,8 +90,7 @@ def chat_completion(*, request, key: ApiKey, params: dict, dialect: ChatDialect 
         completion = meter.call(lambda client: dialect.complete(client, payload))
         completion["model"] = meter.model_name
         usage = completion.get("usage") or {}
-        reply = " ".join(content_text((choice.get("message") or {}).get("content"))
-                         for choice in completion["choices"] if isinstance(choice, dict))
+        reply = " ".join(choice.text for choice in Choice.all_of(completion))
         input_tokens = ledger_tokens(usage, "prompt_tokens", lambda: count_tokens(prompt_text(params["messages"])))
         output_tokens = ledger_tokens(usage, "completion_tokens", lambda: count_tokens(reply))
         cached = min(cached_tokens(usage), input_tokens)  # part of the input, as the ledger keeps it

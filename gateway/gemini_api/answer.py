@@ -2,9 +2,7 @@
 import uuid
 from typing import Any
 
-from gateway.gemini_api.members import obj
-from gateway.conversation import ToolCall, Usage
-from gateway.conversation_request import content_text
+from gateway.conversation import Choice, Usage
 from gateway.upstream.gemini_answer import function_call_part, google_finish_reason, usage_metadata
 
 
@@ -18,20 +16,11 @@ def generate_response(completion: dict, *, input_tokens: int, output_tokens: int
     """A chat.completion as a GenerateContentResponse: a candidate per choice, its text and function calls as
     parts, with the metered counts."""
     candidates = []
-    for position, choice in enumerate(completion.get("choices") or ()):
-        if not isinstance(choice, dict):
-            continue
-        message = obj(choice.get("message"))
-        parts: list[dict] = []
-        text = content_text(message.get("content"))
-        if text:
-            parts.append({"text": text})
-        parts += [function_call_part(ToolCall.from_chat(call)) for call in message.get("tool_calls") or ()
-                  if isinstance(call, dict)]
-        index = choice.get("index")
+    for choice in Choice.all_of(completion):
+        parts: list[dict] = [{"text": choice.text}] if choice.text else []
+        parts += [function_call_part(call) for call in choice.tool_calls]
         candidates.append({"content": {"role": "model", "parts": parts},
-                           "finishReason": google_finish_reason(choice.get("finish_reason")),
-                           "index": index if type(index) is int else position})
+                           "finishReason": google_finish_reason(choice.finish), "index": choice.index})
     return {"candidates": candidates,
             "usageMetadata": usage_metadata(Usage(
                 input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached,

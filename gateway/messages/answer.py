@@ -2,8 +2,7 @@
 import uuid
 from typing import Any
 
-from gateway.conversation import PassedThrough, ToolCall, Usage
-from gateway.conversation_request import content_text
+from gateway.conversation import Choice, PassedThrough, Usage
 from gateway.upstream.anthropic_answer import message_usage, stop_reason, tool_use
 
 
@@ -30,21 +29,13 @@ def message_object(completion: dict, *, input_tokens: int, output_tokens: int, c
         counts = native["usage"] if isinstance(native.get("usage"), dict) else {}
         return {**native, "model": completion.get("model"),
                 **({"usage": {**counts, "cost": charged}} if type(charged) is int else {})}
-    choices = completion.get("choices") or [{}]
-    choice = choices[0] if isinstance(choices[0], dict) else {}
-    message = choice.get("message")
-    if not isinstance(message, dict):
-        message = {}
-    content: list[dict[str, Any]] = []
-    text = content_text(message.get("content"))
-    if text:
-        content.append({"type": "text", "text": text})
-    calls = [ToolCall.from_chat(call) for call in message.get("tool_calls") or () if isinstance(call, dict)]
-    content += [tool_use(call) for call in calls]
+    choice = (Choice.all_of(completion) or [Choice()])[0]
+    content: list[dict[str, Any]] = [{"type": "text", "text": choice.text}] if choice.text else []
+    content += [tool_use(call) for call in choice.tool_calls]
     usage = message_usage(Usage(input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached))
     if type(charged) is int:
         usage["cost"] = charged
     return {"id": message_id(completion.get("id")), "type": "message", "role": "assistant",
             "model": completion.get("model"), "content": content,
-            "stop_reason": stop_reason(choice.get("finish_reason"), bool(calls)), "stop_sequence": None,
+            "stop_reason": stop_reason(choice.finish, bool(choice.tool_calls)), "stop_sequence": None,
             "usage": usage}

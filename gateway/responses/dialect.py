@@ -4,8 +4,7 @@ from typing import Any
 
 from gateway import metering
 from gateway.chat_serializers import ChatCompletionRequest
-from gateway.conversation import PassedThrough, ToolCall, Usage
-from gateway.conversation_request import content_text
+from gateway.conversation import Choice, PassedThrough, Usage
 from gateway.models import StoredResponse
 from gateway.pipeline import Meter
 from gateway.responses.answer import (
@@ -141,15 +140,10 @@ class ResponsesDialect(ChatDialect):
             response = self.client_response(completion.native)
             self.final = {**response, "usage": usage}
             return self.final
-        choices = completion.get("choices") or [{}]
-        choice = obj(choices[0])
-        message = obj(choice.get("message"))
-        output = []
-        text = content_text(message.get("content"))
-        if text:
-            output.append(message_item(text))
-        output += [call_item(ToolCall.from_chat(call), self.customs) for call in message.get("tool_calls") or ()]
-        reason = incomplete_reason(choice.get("finish_reason"))
+        choice = (Choice.all_of(completion) or [Choice()])[0]
+        output = [message_item(choice.text)] if choice.text else []
+        output += [call_item(call, self.customs) for call in choice.tool_calls]
+        reason = incomplete_reason(choice.finish)
         self.final = response_object(self.body, response_id=self.response_id, created_at=self.created_at,
                                      model=self.model, output=output, status="incomplete" if reason else "completed",
                                      usage=usage, reason=reason)

@@ -34,9 +34,10 @@ def finish_reason(reason: Any, called: bool) -> str | None:
     return FINISH_REASONS.get(reason, StopReason.STOP).value if isinstance(reason, str) else StopReason.STOP.value
 
 
-def stop_reason(finish: Any, called: bool) -> str:
-    """A chat answer's finish reason as Anthropic's stop reason (``finish_reason`` is its reverse)."""
-    return STOP_REASONS[StopReason.TOOL_CALLS] if called else STOP_REASONS.get(finish, "end_turn")
+def stop_reason(finish: StopReason | None, called: bool) -> str:
+    """A chat answer's finish reason as Anthropic's stop reason (``finish_reason`` is its reverse); none
+    said is a turn's end."""
+    return STOP_REASONS[StopReason.TOOL_CALLS if called else finish or StopReason.STOP]
 
 
 def usage(counts: Any) -> Usage:

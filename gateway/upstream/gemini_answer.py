@@ -42,9 +42,9 @@ def finish_reason(reason: Any, called: bool) -> str | None:
     return (StopReason.CONTENT_FILTER if reason in FILTERED else FINISH_REASONS.get(reason, StopReason.STOP)).value
 
 
-def google_finish_reason(finish: Any) -> str:
-    """A chat answer's finish reason as Gemini's (``finish_reason`` is its reverse)."""
-    return GOOGLE_REASONS.get(finish, "STOP")
+def google_finish_reason(finish: StopReason | None) -> str:
+    """A chat answer's finish reason as Gemini's (``finish_reason`` is its reverse); none said is a stop."""
+    return GOOGLE_REASONS[finish or StopReason.STOP]
 
 
 def usage(meta: Any) -> Usage:

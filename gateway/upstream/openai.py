@@ -226,9 +226,9 @@ FINISHES = {"max_output_tokens": StopReason.LENGTH, "content_filter": StopReason
 INCOMPLETE: dict[str, str] = {StopReason.LENGTH: "max_output_tokens", StopReason.CONTENT_FILTER: "content_filter"}
 
 
-def incomplete_reason(finish: Any) -> str | None:
+def incomplete_reason(finish: StopReason | None) -> str | None:
     """A chat answer's finish reason as the reason a response is incomplete: None when it completed."""
-    return INCOMPLETE.get(finish or "")
+    return INCOMPLETE.get(finish) if finish else None
 
 
 def _error_message(error: Any) -> str:

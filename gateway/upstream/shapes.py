@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.conversation import PassedThrough, ToolCall
-from gateway.conversation_request import Message, OtherPart, Part, Tool, ToolChoice, content_text
+from gateway.conversation import PassedThrough, ToolCall, content_text
+from gateway.conversation_request import Message, OtherPart, Part, Tool, ToolChoice
 from utils_app.errors import InvalidRequest, UnsupportedParameter, UpstreamError
 
 DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)(?:;[^,;]*)*;base64,(?P<data>.*)\Z", re.S)

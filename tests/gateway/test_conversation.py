@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from gateway.conversation import PassedThrough, StopReason, ToolCall, Usage
+from gateway.conversation import Choice, PassedThrough, StopReason, ToolCall, Usage, stop_reason_of
 from gateway.upstream import anthropic_answer, gemini_answer, openai
 from gateway.upstream.shapes import ChunkStream, commits
 from utils_app.errors import UpstreamError
@@ -62,8 +62,25 @@ def test_an_anthropic_answer_that_calls_a_tool_is_tool_use_whatever_its_reason()
 def test_anthropic_reasons_it_never_named_read_as_stop_and_go_out_as_end_turn():
     assert anthropic_answer.finish_reason("a_reason_of_tomorrow", called=False) == "stop"
     assert anthropic_answer.finish_reason(None, called=False) is None
-    assert anthropic_answer.stop_reason("paused", called=False) == "end_turn"
+    assert anthropic_answer.stop_reason(stop_reason_of("paused"), called=False) == "end_turn"
     assert anthropic_answer.stop_reason(None, called=False) == "end_turn"
+
+
+def test_a_choice_of_a_whole_answer_reads_what_it_safely_can():
+    """What the inbound APIs write out of a chat.completion: each choice that is an object, its text, its tool
+    calls that are objects and its finish; a member of another kind reads as nothing, never as an error."""
+    called = ToolCall("call_1", "f", "{}")
+    completion = {"choices": [
+        {"index": 3, "message": {"content": [{"type": "text", "text": "a"}, {"text": "b"}, "x"],
+                                 "tool_calls": [called.to_chat(), "junk"]}, "finish_reason": "tool_calls"},
+        "not a choice",
+        {"message": "text", "finish_reason": "a_reason_of_tomorrow"},
+        {"message": {"content": 5, "tool_calls": {"id": "x"}}, "index": True, "finish_reason": ["stop"]}]}
+    assert Choice.all_of(completion) == [Choice(3, "a b", (called,), StopReason.TOOL_CALLS),
+                                         Choice(2, "", (), StopReason.STOP), Choice(3, "", (), StopReason.STOP)]
+    assert Choice.all_of({"choices": {"0": {}}}) == Choice.all_of({}) == []
+    assert [stop_reason_of(value) for value in (None, "", "length", "paused")] == \
+        [None, None, StopReason.LENGTH, StopReason.STOP]
 
 
 # ---------------------------------------------------------------- Gemini
@@ -97,7 +114,7 @@ def test_gemini_reasons_it_never_named_read_as_stop_and_go_out_as_stop():
     assert gemini_answer.finish_reason("FINISH_REASON_UNSPECIFIED", called=False) == "stop"
     assert gemini_answer.finish_reason(None, called=False) is None
     assert gemini_answer.google_finish_reason(None) == "STOP"
-    assert gemini_answer.google_finish_reason("paused") == "STOP"
+    assert gemini_answer.google_finish_reason(stop_reason_of("paused")) == "STOP"
 
 
 # ---------------------------------------------------------------- the Responses API's incomplete reasons

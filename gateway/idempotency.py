@@ -55,8 +55,10 @@ def from_request(request) -> Idempotency | None:
 
 def _asked(request) -> bytes:
     """The path and the query that shape the answer: Gemini's ``alt=sse`` turns a JSON array into events, so a
-    retry that changes it is another request. The query's ``key`` is a secret, and the key's own claim anyway."""
-    query = sorted((name, value) for name, values in request.GET.lists() if name != "key" for value in values)
+    retry that changes it is another request; ``alt=json`` is the default said aloud, the same request as
+    none. The query's ``key`` is a secret, and the key's own claim anyway."""
+    query = sorted((name, value) for name, values in request.GET.lists() if name != "key" for value in values
+                   if (name, value) != ("alt", "json"))
     asked = request.path if not query else f"{request.path}?{query!r}"
     return asked.encode() + b"\n"
 

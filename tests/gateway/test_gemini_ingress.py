@@ -371,6 +371,12 @@ def test_an_idempotency_key_sent_again_with_another_stream_form_is_another_reque
                        content_type="application/json", HTTP_IDEMPOTENCY_KEY="one-form")
     assert same.status_code == 200 and same["Idempotent-Replayed"] == "true"
     assert credits_of(key) == 99 and mismatches() == []
+    # alt=json is the default said aloud: the same request as none.
+    array = post(client, path, {"contents": HELLO}, secret, HTTP_IDEMPOTENCY_KEY="array")
+    assert json.loads(b"".join(array.streaming_content))
+    said = post(client, f"{path}?alt=json", {"contents": HELLO}, secret, HTTP_IDEMPOTENCY_KEY="array")
+    assert array.status_code == said.status_code == 200 and said["Idempotent-Replayed"] == "true"
+    assert credits_of(key) == 98 and mismatches() == []
 
 
 def test_a_gemini_upstream_refusing_its_secret_or_down_leaves_it_and_its_url_nowhere(

@@ -14,7 +14,7 @@ from gateway.responses.request import check_request
 from gateway.responses.store import input_items_page, not_found, previous, stored_of
 from gateway.models import StoredResponse
 from gateway.views import ERRORS, METERED_HEADERS, KeyLimitedView, MeteredView, body_example
-from utils_app.errors import ClientError, GatewayError
+from utils_app.errors import ClientError, GatewayError, InvalidRequest
 from utils_app.json_body import parse_json_object
 from utils_app.schema import error_responses
 
@@ -96,13 +96,21 @@ def _stored(request, response_id: str) -> StoredResponse:
 
 @extend_schema_view(
     get=extend_schema(operation_id="get_response", tags=["models"], summary="A stored response",
-                      description="The response object as it was answered; for the key that made it only.",
+                      description="The response object as it was answered; for the key that made it only. "
+                                  "`stream=true` (OpenAI's replay of a response's events) is a 400: a stored "
+                                  "response is answered whole.",
+                      parameters=[OpenApiParameter("stream", str, enum=["false"], required=False)],
                       responses={200: OpenApiTypes.OBJECT, **FREE_ERRORS}),
     delete=extend_schema(operation_id="delete_response", tags=["models"], summary="Delete a stored response",
                          responses={200: OpenApiTypes.OBJECT, **FREE_ERRORS}),
 )
 class ResponseView(KeyLimitedView):
     def get(self, request, response_id: str):
+        if request.query_params.get("stream", "false") != "false":
+            # The gateway keeps a response, not the events it was streamed as: a client that asks for them
+            # would read a JSON object as an event stream.
+            raise InvalidRequest("stream: a stored response is answered whole, as one JSON object; this "
+                                 "gateway does not replay its events.", param="stream")
         return Response(_stored(request, response_id).response)
 
     def delete(self, request, response_id: str):

@@ -143,6 +143,11 @@ def test_a_stored_response_can_be_read_listed_and_deleted_by_its_key_only(sdk, m
     made = client.responses.create(model="local-chat", input=[
         {"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Hello"}])
     assert client.responses.retrieve(made.id).output_text == made.output_text
+    assert client.responses.retrieve(made.id, stream=False).output_text == made.output_text
+    # A replay of its events is the one form of reading it the gateway cannot give: a 400 the SDK raises,
+    # not a JSON object it would read as an event stream.
+    with pytest.raises(openai.BadRequestError, match="stream"):
+        list(client.responses.retrieve(made.id, stream=True))
     items = client.responses.input_items.list(made.id)
     assert [item.role for item in items.data] == ["user", "developer"]  # newest first, as OpenAI lists them
     page = client.responses.input_items.list(made.id, limit=1, order="asc")

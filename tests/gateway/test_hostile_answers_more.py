@@ -8,7 +8,7 @@ import random
 import pytest
 
 from keys.ledger import mismatches
-from keys.models import LedgerEntry
+from keys.models import ApiKey, LedgerEntry
 from models_catalog.models import Provider
 from models_catalog.provider_types import DEFAULT_AZURE_API_VERSION
 from tests.gateway import anthropic_fake, azure_fake, gemini_fake
@@ -200,3 +200,23 @@ def test_no_malformed_azure_native_or_image_answer_is_a_500_or_loses_a_credit(cl
     assert found == [], "\n".join(found)
     assert mismatches() == []
     assert not LedgerEntry.objects.filter(status="pending").exists()
+
+
+# ---------------------------------------------------------------- found beside the sweep, one test each
+
+def images_answer(root: str, count: int) -> dict:
+    return {"created": 1700000000, "data": [{"revised_prompt": f"fox {at}", "url": f"{root}/files/image.png"}
+                                            for at in range(count)]}
+
+
+def test_images_past_the_n_asked_for_are_neither_fetched_nor_handed_out(client, azure_models, upstream, make_key):
+    """An upstream that answers with more images than the client asked for: the first n are the answer, the
+    rest are not fetched, stored or given away for the price of n."""
+    key, secret = make_key(tier="free", credits=100, max_credits=100)
+    upstream.json(azure_path("up", "images/generations"), images_answer(azure_models, 5))
+    response = ask(client, secret, "fz-azure-image", (IMAGES[0], {**IMAGES[1], "n": 2}, "chat"))
+    assert response.status_code == 200, response.content
+    assert [item["revised_prompt"] for item in response.json()["data"]] == ["fox 0", "fox 1"]
+    assert len([call for call in upstream.calls if call.method == "GET"]) == 2
+    assert ApiKey.objects.get(pk=key.pk).credits == 98 and mismatches() == []
+

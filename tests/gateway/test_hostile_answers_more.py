@@ -220,3 +220,15 @@ def test_images_past_the_n_asked_for_are_neither_fetched_nor_handed_out(client, 
     assert len([call for call in upstream.calls if call.method == "GET"]) == 2
     assert ApiKey.objects.get(pk=key.pk).credits == 98 and mismatches() == []
 
+
+def test_images_the_upstream_did_not_deliver_are_not_charged(client, azure_models, upstream, make_key):
+    """Fewer images than asked for: the client pays the model's cost for each image it got, and the rest of
+    the hold goes back (a short answer may cost it images, never credits)."""
+    key, secret = make_key(tier="free", credits=100, max_credits=100)
+    upstream.json(azure_path("up", "images/generations"), images_answer(azure_models, 1))
+    response = ask(client, secret, "fz-azure-image", (IMAGES[0], {**IMAGES[1], "n": 3}, "chat"))
+    assert response.status_code == 200, response.content
+    assert len(response.json()["data"]) == 1 and response.json()["remaining_credits"] == 99
+    assert response.headers["X-Credits-Charged"] == "1"
+    assert ApiKey.objects.get(pk=key.pk).credits == 99 and mismatches() == []
+    assert not LedgerEntry.objects.filter(status="pending").exists()

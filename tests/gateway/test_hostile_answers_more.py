@@ -38,7 +38,7 @@ from tests.gateway.test_hostile_answers import (  # noqa: F401 (fuzzed_models: t
 
 pytestmark = pytest.mark.django_db
 
-IMAGES = ("/v1/images/generations", {"model": "{model}", "prompt": "a fox"}, "chat")
+IMAGES = ("/v1/images/generations", {"model": "{model}", "prompt": "a fox", "n": 2}, "chat")
 
 
 def azure_path(deployment: str, operation: str) -> str:
@@ -214,7 +214,7 @@ def test_images_past_the_n_asked_for_are_neither_fetched_nor_handed_out(client, 
     rest are not fetched, stored or given away for the price of n."""
     key, secret = make_key(tier="free", credits=100, max_credits=100)
     upstream.json(azure_path("up", "images/generations"), images_answer(azure_models, 5))
-    response = ask(client, secret, "fz-azure-image", (IMAGES[0], {**IMAGES[1], "n": 2}, "chat"))
+    response = ask(client, secret, "fz-azure-image", IMAGES)
     assert response.status_code == 200, response.content
     assert [item["revised_prompt"] for item in response.json()["data"]] == ["fox 0", "fox 1"]
     assert len([call for call in upstream.calls if call.method == "GET"]) == 2

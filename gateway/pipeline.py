@@ -113,7 +113,8 @@ class Meter:
     def price(self, *, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> int:
         """The credits this request is charged, from the tokens the ledger keeps (the upstream's usage, else
         the gateway's count): an answer built before the settlement shows them, and the settlement keeps
-        them. A per-request model costs what it held; a token-priced one its price, up to the hold."""
+        them. A per-request model costs what it held (its ``fee`` when set); a token-priced one its price,
+        up to the hold."""
         price = (self.amount if self.fee is None else self.fee) if self.prices is None else self.prices.price(
             input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached_tokens)
         self.charged = min(price, self.amount)

@@ -87,6 +87,7 @@ class Meter:
         self.amount = amount
         self.prices = prices
         self.charged: int | None = None  # credits the settlement keeps, once the price is known
+        self.fee: int | None = None  # a per-request model's charge below its hold (images not all delivered)
         self.give = 0  # what of the hold goes back to the key
         self.uncovered = 0  # what the price passed the hold by: written on the ledger row, never taken
         self.tokens = 0  # the request's input and output tokens, for the key's tpm
@@ -112,8 +113,9 @@ class Meter:
     def price(self, *, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> int:
         """The credits this request is charged, from the tokens the ledger keeps (the upstream's usage, else
         the gateway's count): an answer built before the settlement shows them, and the settlement keeps
-        them. A per-request model costs what it held; a token-priced one its price, up to the hold."""
-        price = self.amount if self.prices is None else self.prices.price(
+        them. A per-request model costs what it held (its ``fee`` when set); a token-priced one its price,
+        up to the hold."""
+        price = (self.amount if self.fee is None else self.fee) if self.prices is None else self.prices.price(
             input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached_tokens)
         self.charged = min(price, self.amount)
         self.give, self.uncovered = self.amount - self.charged, max(0, price - self.amount)

@@ -119,7 +119,8 @@ def generate_images(*, request, key: ApiKey, params: dict, sent: set) -> Outcome
     with metered(request=request, key=key, operation="image", model_id=params["model"],
                  units=params["n"]) as meter:
         payload = _forwarded(params, sent)
-        images = meter.call(lambda client: client.images(payload))
+        images = meter.call(lambda client: client.images(payload))[:params["n"]]
+        meter.fee = meter.model.cost * len(images)  # cost * n held; an image not delivered is given back
         data = []
         for image in images:
             item: dict[str, str | None] = {"url": None, "b64_json": None}

@@ -92,7 +92,7 @@ class OpenAIAdapter(HttpAdapter):
         if not isinstance(items, list) or not items:
             raise UpstreamError(f"The upstream provider '{self.name}' sent no images.")
         images = []
-        for item in items:
+        for item in items[:payload.get("n", 1)]:  # images past the n asked for: not fetched, not handed out
             if not isinstance(item, dict):
                 raise self.transport.malformed("image")
             revised = item.get("revised_prompt") if isinstance(item.get("revised_prompt"), str) else None

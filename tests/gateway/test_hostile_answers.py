@@ -227,18 +227,20 @@ def fuzzed_models(seeded, upstream, monkeypatch):
     serve("fz-gemini-embed", [(gemini, "up", 1)], type="embedding")
 
 
-def cases() -> list[tuple]:
+def cases(readers: list | None = None, seed: int | None = None, per_member: int | None = None) -> list[tuple]:
     """(model, upstream path, answer, streamed, inbound request, what changed): at every member of every
-    valid answer, PER_MEMBER substitutes drawn with the seed, each through the next inbound API of its reader."""
+    valid answer, PER_MEMBER substitutes drawn with the seed, each through the next inbound API of its reader
+    (READERS, SEED and PER_MEMBER unless other ones are given)."""
     chosen = []
-    draw = random.Random(SEED)
-    for model, path, valid, streamed, inbound in READERS:
+    draw = random.Random(SEED if seed is None else seed)
+    per_member = PER_MEMBER if per_member is None else per_member
+    for model, path, valid, streamed, inbound in READERS if readers is None else readers:
         by_member: dict[str, list] = {}
         for label, answer in variants(valid):
             by_member.setdefault(label.split(" = ")[0], []).append((label, answer))
         turn = 0
         for substitutes in by_member.values():
-            for label, answer in draw.sample(substitutes, PER_MEMBER):
+            for label, answer in draw.sample(substitutes, per_member):
                 chosen.append((model, path, answer, streamed, inbound[turn % len(inbound)], label))
                 turn += 1
     return chosen
@@ -274,11 +276,11 @@ def unexpected(records) -> str | None:
     return None
 
 
-@pytest.mark.slow
-def test_no_malformed_upstream_answer_is_a_500_or_loses_a_credit(client, fuzzed_models, upstream, make_key, caplog):
-    key, secret = make_key(tier="free", credits=1_000_000, max_credits=1_000_000, rpm=1000, rph=10000)
+def sweep(client, key: ApiKey, secret: str, upstream, caplog, chosen: list[tuple]) -> list[str]:
+    """Each of the ``chosen`` cases (cases()) answered by the upstream and asked for: what was wrong with each
+    (a refused request that cost a credit included)."""
     found = []
-    for model, path, answer, streamed, request, label in cases():
+    for model, path, answer, streamed, request, label in chosen:
         cache.clear()  # no cooldown, no window: each case starts as the first
         state.reset()
         if streamed:
@@ -286,9 +288,20 @@ def test_no_malformed_upstream_answer_is_a_500_or_loses_a_credit(client, fuzzed_
         else:
             upstream.json(path, answer)
         caplog.clear()
-        problem = fault(ask(client, secret, model, request), request[2]) or unexpected(caplog.records)
+        before = ApiKey.objects.get(pk=key.pk).credits
+        response = ask(client, secret, model, request)
+        problem = fault(response, request[2]) or unexpected(caplog.records)
+        if not problem and response.status_code >= 400 and ApiKey.objects.get(pk=key.pk).credits != before:
+            problem = f"refused with {response.status_code} and charged"
         if problem:
             found.append(f"{model} {request[0]}{' stream' if streamed else ''}: {label}: {problem}")
+    return found
+
+
+@pytest.mark.slow
+def test_no_malformed_upstream_answer_is_a_500_or_loses_a_credit(client, fuzzed_models, upstream, make_key, caplog):
+    key, secret = make_key(tier="free", credits=1_000_000, max_credits=1_000_000, rpm=1000, rph=10000)
+    found = sweep(client, key, secret, upstream, caplog, cases())
     assert found == [], "\n".join(found)
     assert mismatches() == []
     assert not LedgerEntry.objects.filter(status="pending").exists()

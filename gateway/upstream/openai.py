@@ -111,8 +111,8 @@ class OpenAIAdapter(HttpAdapter):
 
     def speech(self, payload: dict[str, Any]) -> Audio:
         reply = self.transport.post(self.path("speech"), self.body(payload))
-        content_type = reply.headers.get("Content-Type", "").split(";")[0].strip() or "application/octet-stream"
-        if not reply.content or content_type == "application/json":
+        content_type = reply.headers.get("Content-Type", "").split(";")[0].strip().lower() or "application/octet-stream"
+        if not reply.content or not audio_type(content_type):
             raise UpstreamError(f"The upstream provider '{self.name}' sent no audio.")
         return Audio(reply.content, content_type, payload.get("response_format", SPEECH_DEFAULTS["response_format"]))
 
@@ -176,6 +176,15 @@ class OpenAIAdapter(HttpAdapter):
                 events.finished()
                 return
         raise UpstreamError(f"The upstream provider '{self.name}' closed the stream before it finished.")
+
+
+def audio_type(content_type: str) -> bool:
+    """Whether a speech answer's content type may be audio: any but a page or a document (text, JSON, XML,
+    HTML), which is an error or a proxy's page sent with a 200, not sound to charge for and hand on.
+    Servers name audio variously (audio/*, application/ogg, application/octet-stream), so only those are
+    refused."""
+    return not (content_type.startswith("text/") or content_type.endswith(("json", "xml", "html"))
+                or content_type == "application/x-www-form-urlencoded")
 
 
 def is_completion(body: dict[str, Any]) -> bool:

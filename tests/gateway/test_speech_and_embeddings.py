@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from gateway import local_media
+from keys.ledger import mismatches
 from keys.models import ApiKey
 from models_catalog.models import UsageEvent
 from tests.gateway.conftest import assert_error, post
@@ -99,6 +100,31 @@ def test_upstream_speech_bytes_are_relayed_with_their_content_type(client, fake_
                   HTTP_ACCEPT="application/json").json()
     assert stored["audio_url"].endswith(".mp3")
     assert client.get(urlsplit(stored["audio_url"]).path)["Content-Type"] == "audio/mpeg"
+
+
+@pytest.mark.parametrize("content_type", ["text/html; charset=utf-8", "application/json", "text/plain",
+                                          "application/problem+json", "application/xhtml+xml", "TEXT/HTML"])
+def test_a_page_or_document_sent_as_speech_is_no_audio_and_costs_nothing(client, fake_models, upstream, free_key,
+                                                                         content_type):
+    """An upstream (or a proxy in front of it) answering 200 with an error page or a JSON document: a 502,
+    refunded, never relayed or stored as the client's audio."""
+    key, secret = free_key
+    upstream.raw("/audio/speech", b"<html><script>alert(1)</script></html>", content_type=content_type)
+    response = post(client, SPEECH, {"model": "fake-speech", "input": "Hello", "voice": "alloy"}, secret,
+                    HTTP_ACCEPT="application/octet-stream")
+    assert response.status_code == 502 and response.json()["error"]["code"] == "upstream_unavailable"
+    assert b"script" not in response.content
+    assert ApiKey.objects.get(pk=key.pk).credits == 100 and mismatches() == []
+
+
+@pytest.mark.parametrize("content_type", ["audio/mpeg", "audio/ogg; codecs=opus", "application/ogg",
+                                          "application/octet-stream", ""])
+def test_speech_in_any_audio_type_is_relayed(client, fake_models, upstream, free_key, content_type):
+    _, secret = free_key
+    upstream.raw("/audio/speech", b"RIFF-bytes", content_type=content_type)
+    response = post(client, SPEECH, {"model": "fake-speech", "input": "Hello", "voice": "alloy"}, secret,
+                    HTTP_ACCEPT="application/octet-stream")
+    assert response.status_code == 200 and response.content == b"RIFF-bytes"
 
 
 # ---------------------------------------------------------------- embeddings

@@ -10,6 +10,7 @@ urlpatterns = [
     path("v1/responses", responses_views.ResponsesView.as_view(), name="responses"),
     path("v1/responses/input_tokens", responses_views.ResponseInputTokensView.as_view(),
          name="responses-input-tokens"),
+    path("v1/responses/compact", responses_views.compact_not_served, name="responses-compact"),
     path("v1/responses/<str:response_id>", responses_views.ResponseView.as_view(), name="response"),
     path("v1/responses/<str:response_id>/input_items", responses_views.ResponseInputItemsView.as_view(),
          name="response-input-items"),

@@ -3,6 +3,7 @@
 ``POST /v1/responses`` is a metered operation like chat (gateway.views.MeteredView); the stored responses,
 ``input_items`` and ``input_tokens`` are free, but count against the key's rpm and rph like any request.
 """
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework.response import Response
@@ -14,7 +15,8 @@ from gateway.responses.request import check_request
 from gateway.responses.store import input_items_page, not_found, previous, stored_of
 from gateway.models import StoredResponse
 from gateway.views import ERRORS, METERED_HEADERS, KeyLimitedView, MeteredView, body_example
-from utils_app.errors import ClientError, GatewayError, InvalidRequest
+from utils_app.error_handler import json_error
+from utils_app.errors import ClientError, GatewayError, InvalidRequest, NotFound
 from utils_app.json_body import parse_json_object
 from utils_app.schema import error_responses
 
@@ -151,3 +153,14 @@ class ResponseInputTokensView(KeyLimitedView):
             raise body
         return Response({"object": "response.input_tokens",
                          "input_tokens": input_tokens(key=request.user, body=body)})
+
+
+@csrf_exempt
+def compact_not_served(request):
+    """POST /v1/responses/compact, OpenAI's compaction of a conversation into an item only its maker can read:
+    Codex calls it when its provider is its built-in OpenAI one pointed at the gateway. Not served (a 404 that
+    says how to go on), rather than read as the stored response called "compact" (a 405 to a POST)."""
+    return json_error(NotFound("The Responses API's compact endpoint is not served by this gateway: a client "
+                               "compacts its conversation itself through /v1/responses (with Codex, declare the "
+                               "gateway as a model provider of its own, not as the OpenAI provider's base URL).",
+                               code="compact_not_supported"))

@@ -391,3 +391,15 @@ def test_an_input_without_an_item_a_model_reads_is_refused_naming_input(client, 
     error = assert_error(post(client, path, {"model": "local-chat", "input": given}, secret), 400, "invalid_value",
                          param="input")
     assert error["message"].startswith("input: must hold at least one item")
+
+
+@pytest.mark.parametrize("method", ["post", "get"])
+def test_the_compact_endpoint_is_a_404_that_says_how_to_go_on_not_a_stored_response(client, db, method):
+    """Codex with its built-in OpenAI provider pointed at the gateway compacts through /v1/responses/compact:
+    a clear 404 in the contract's shape, not a 405 to a POST on a stored response named "compact"."""
+    answer = client.post("/v1/responses/compact", json.dumps({"model": "local-chat", "input": []}),
+                         content_type="application/json") if method == "post" else client.get("/v1/responses/compact")
+    assert answer.status_code == 404
+    error = answer.json()["error"]
+    assert error["code"] == "compact_not_supported" and error["type"] == "invalid_request_error"
+    assert "model provider of its own" in error["message"]

@@ -531,18 +531,23 @@ class AiModelAdmin(AuditedAdmin):
         })
 
 
+# A model's primary key as the page writes it: ASCII digits a bigint holds (str.isdigit also takes "²", which int()
+# refuses, and a number past the column's range is a database error on PostgreSQL).
+MATRIX_PK = re.compile(r"[0-9]{1,18}")
+
+
 def matrix_changes(post) -> dict[int, dict[str, bool]]:
     """The cells staff toggled: the posted checkboxes compared with the state the page was drawn with."""
     def cells(name):
         found = set()
         for value in post.getlist(name):
             pk, _, tier = value.partition(":")
-            if not pk.isdigit():
+            if not MATRIX_PK.fullmatch(pk):
                 raise InvalidRequest("The matrix form is malformed; reload the page.", param=name)
             found.add((int(pk), tier))
         return found
 
-    shown = {int(pk) for pk in post.getlist("model") if pk.isdigit()}
+    shown = {int(pk) for pk in post.getlist("model") if MATRIX_PK.fullmatch(pk)}
     was, now = cells("was"), cells("access")
     changes: dict[int, dict[str, bool]] = {}
     for pk, tier in was ^ now:

@@ -239,6 +239,7 @@ PRICED_TOKENS = {"chat": ("input", "cached_input", "output"), "embedding": ("inp
 # The columns' shape (DecimalField(max_digits=18, decimal_places=6)): a price past it would fail in the database.
 PRICE_PLACES, PRICE_LIMIT = 6, Decimal(10) ** 12
 NAME_MAX_LENGTH = 120  # a model's id column, which an alias stands in for
+_UNSENDABLE = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 
 
 def _price(value: Any, where: str, field: str) -> Decimal:
@@ -302,6 +303,10 @@ def check_aliases(entry: dict, model_id: str, where: str) -> list[str]:
         if len(alias) > NAME_MAX_LENGTH:
             raise CatalogError(f"names may be at most {NAME_MAX_LENGTH} characters, got {alias!r}", where=where,
                                field="aliases")
+        if _UNSENDABLE.search(alias):
+            # A client could never send such a name, and PostgreSQL's jsonb cannot hold a NUL (a 500 on saving).
+            raise CatalogError(f"names may not hold control characters or lone surrogates, got {alias!r}",
+                               where=where, field="aliases")
         if alias == model_id:
             raise CatalogError(f"{alias!r} is the model's own id", where=where, field="aliases")
     if len(set(aliases)) != len(aliases):

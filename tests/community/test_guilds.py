@@ -93,3 +93,26 @@ def test_staff_edit_guilds_in_the_admin(admin_client):
     assert response.status_code == 302, response.content
     guild = Guild.objects.get()
     assert (guild.name, guild.invite_code, guild.position, guild.listed) == ("Gateway Hall", "gateway", 3, True)
+
+
+@pytest.mark.parametrize("row_id", ["999999", "", "abc"])
+def test_a_list_save_naming_no_guild_is_an_error_on_the_page_not_a_500(admin_client, row_id):
+    # The list edits position and listed only: the invite check ran on a form without the invite field,
+    # whose error could not be shown (a 500).
+    guild = Guild.objects.create(name="Gateway Hall", invite_code="gateway", position=3)
+    response = admin_client.post("/admin/community/guild/", {
+        "form-TOTAL_FORMS": "1", "form-INITIAL_FORMS": "1", "form-MIN_NUM_FORMS": "0", "form-MAX_NUM_FORMS": "1000",
+        "form-0-id": row_id, "form-0-position": "1", "form-0-listed": "on", "_save": "Save"})
+    assert response.status_code == 200
+    assert response.context["cl"].formset.errors[0]
+    assert Guild.objects.get() == guild and guild.position == 3
+
+
+def test_the_list_saves_a_guilds_position_and_keeps_its_invite(admin_client):
+    guild = Guild.objects.create(name="Gateway Hall", invite_code="gateway", position=3)
+    response = admin_client.post("/admin/community/guild/", {
+        "form-TOTAL_FORMS": "1", "form-INITIAL_FORMS": "1", "form-MIN_NUM_FORMS": "0", "form-MAX_NUM_FORMS": "1000",
+        "form-0-id": str(guild.pk), "form-0-position": "1", "_save": "Save"})
+    assert response.status_code == 302
+    guild.refresh_from_db()
+    assert (guild.position, guild.listed, guild.invite_code) == (1, False, "gateway")

@@ -56,6 +56,7 @@ def test_a_model_lists_its_aliases():
     (entry("a", 'aliases = [3]\n'), "(id 'a')", "aliases", "got 3"),
     (entry("a", 'aliases = "x"\n'), "(id 'a')", "aliases", "must be list"),
     (entry("a", f'aliases = ["{"x" * 121}"]\n'), "(id 'a')", "aliases", "at most 120 characters"),
+    (entry("a", 'aliases = ["a\\u0000b"]\n'), "(id 'a')", "aliases", "control characters"),
 ])
 def test_a_bad_alias_is_refused_naming_the_model_and_field(tmp_path, text, where, field, message):
     path = tmp_path / "bad.toml"
@@ -222,6 +223,18 @@ def test_an_alias_another_model_holds_is_refused_on_the_aliases_field(staff_clie
     assert response.status_code == 200
     [error] = response.context["adminform"].form.errors["aliases"]
     assert message in error
+    assert AiModel.objects.get(pk=model.pk).aliases == []
+
+
+@pytest.mark.parametrize("aliases", ["a\x00b", '["a\\u0000b"]', '["a\\ud800"]', '["a\\tb"]'])
+def test_an_alias_a_client_could_not_send_is_refused_on_the_aliases_field(staff_client, seeded, aliases):
+    # A NUL reached the jsonb column, which refuses it on PostgreSQL: a 500 on saving the page.
+    model = AiModel.objects.get(model_id="local-chat")
+    url = reverse("admin:models_catalog_aimodel_change", args=[model.pk])
+    response = staff_client.post(url, page_post(model, aliases))
+    assert response.status_code == 200
+    [error] = response.context["adminform"].form.errors["aliases"]
+    assert "control characters or lone surrogates" in error
     assert AiModel.objects.get(pk=model.pk).aliases == []
 
 

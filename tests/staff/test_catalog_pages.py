@@ -92,6 +92,16 @@ def test_a_malformed_matrix_post_is_an_error_message_not_a_500(staff_client, see
     assert not AuditLog.objects.exists()
 
 
+@pytest.mark.parametrize("pk", ["\u00b2", "\u0661", str(2**70), "99999999999999999999"])
+def test_a_matrix_cell_whose_model_is_no_plain_number_is_an_error_message_not_a_500(staff_client, seeded, pk):
+    # "²" and "١" pass str.isdigit but not int(); 2**70 passes int() but no bigint column.
+    for name in ("access", "was"):
+        response = staff_client.post(MATRIX, {"model": [pk], name: [f"{pk}:free"]}, follow=True)
+        assert response.status_code == 200
+        assert "malformed" in response.content.decode()
+    assert not AuditLog.objects.exists()
+
+
 def test_view_only_staff_see_the_matrix_but_cannot_save_it(limited_staff_client, seeded):
     drawn = limited_staff_client.get(MATRIX)
     assert drawn.status_code == 200 and 'id="save-access"' not in drawn.content.decode()

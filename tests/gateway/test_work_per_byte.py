@@ -2,8 +2,13 @@
 of one long message, whatever the body is made of: many small tool calls, the local embedding model's input.
 
 Each test counts the work done (calls made, values hashed), never the time it took."""
+import hashlib
 import json
+import math
 
+import pytest
+
+from gateway import local_media
 from gateway.tool_serializers import ToolCall
 from keys.ledger import mismatches
 from tests.conftest import bearer
@@ -47,3 +52,43 @@ def test_many_small_tool_calls_are_checked_without_a_walk_over_each_ones_fields(
         assert answer.status_code == 400, answer.content
         assert answer.json()["error"]["param"].startswith(f"messages.1.tool_calls.{CALLS - 1}."), answer.content
     assert mismatches() == []
+
+
+# ---------------------------------------------------------------- the local embedding model
+
+def each_occurrence(text: str, dimensions: int) -> list[float]:
+    """The embedding as first written: every occurrence of a feature hashed and added on its own."""
+    words = [w.lower() for w in local_media._TOKEN_RE.findall(text)]
+    features = [("w:" + word, 1.0) for word in words]
+    features += [("c:" + f"<{word}>"[i:i + 3], 0.3) for word in words for i in range(len(word))]
+    features += [(f"p:{first} {second}", 0.5) for first, second in zip(words, words[1:])]
+    vector = [0.0] * dimensions
+    for feature, weight in features:
+        hashed = int.from_bytes(hashlib.blake2b(feature.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                                "little")
+        vector[(hashed >> 1) % dimensions] += weight if hashed & 1 else -weight
+    norm = math.sqrt(sum(v * v for v in vector))
+    return [v / norm for v in vector] if norm else vector
+
+
+class CountedHashes:
+    def __init__(self):
+        self.hashed: list[bytes] = []
+
+    def blake2b(self, data: bytes, **options):
+        self.hashed.append(data)
+        return hashlib.blake2b(data, **options)
+
+
+def test_the_local_embedding_hashes_each_distinct_feature_once(monkeypatch):
+    """Every occurrence of a word, trigram and word pair was hashed: "a a a …" cost three hashes for every two
+    bytes, ten times what a chat request of its size costs the gateway. Each distinct feature is hashed once."""
+    counted = CountedHashes()
+    monkeypatch.setattr(local_media, "hashlib", counted)
+    vector = local_media.embed("a " * 20_000 + "The cat sat. THE CAT SAT!", 64)
+    # w:a c:<a> p:a a, w:the c:<th c:the c:he> p:a the, w:cat …, the pairs and marks: each once.
+    assert len(counted.hashed) == len(set(counted.hashed)) < 40
+    monkeypatch.undo()
+    for text in ("a " * 20_000 + "The cat sat. THE CAT SAT!", "aaaa aaaa baaa", "Ünïcödé wörds, ✓✓ and 中文中文 again"):
+        assert local_media.embed(text, 64) == pytest.approx(each_occurrence(text, 64), abs=1e-12)
+    assert vector == pytest.approx(each_occurrence("a " * 20_000 + "The cat sat. THE CAT SAT!", 64), abs=1e-12)

@@ -214,8 +214,8 @@ def _features(text: str) -> dict[str, float]:
                 trigrams[gram] += count
     for gram, count in trigrams.items():
         weights["c:" + gram] = count * _TRIGRAM_WEIGHT
-    for (first, second), count in Counter(zip(words, words[1:])).items():
-        weights[f"p:{first} {second}"] = count * _PAIR_WEIGHT
+    for pair, count in Counter(map("p:{} {}".format, words, words[1:])).items():
+        weights[pair] = count * _PAIR_WEIGHT
     return weights
 
 
@@ -236,10 +236,11 @@ def embed(text: str, dimensions: int = EMBEDDING_DIMENSIONS) -> list[float]:
 def _embed(text: str, dimensions: int) -> list[float]:
     vector = [0.0] * dimensions
     blake2b, from_bytes = hashlib.blake2b, int.from_bytes
-    for feature, weight in _features(text or "").items():
-        hashed = from_bytes(blake2b(feature.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
-        slot = (hashed >> 1) % dimensions
-        vector[slot] += weight if hashed & 1 else -weight
+    weights = _features(text or "")
+    hashes = [from_bytes(blake2b(feature.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+              for feature in weights]
+    for hashed, weight in zip(hashes, weights.values()):
+        vector[(hashed >> 1) % dimensions] += weight if hashed & 1 else -weight
     norm = math.sqrt(sum(v * v for v in vector))
     if norm == 0.0:
         return vector

@@ -4,6 +4,7 @@ from rest_framework import serializers
 from rest_framework.exceptions import ErrorDetail, ValidationError
 
 from utils_app.serializers import StrictCharField, StrictJsonObjectField, fail, optional
+from utils_app.speed.validation import Unsure, quick_check
 
 
 class ToolCall(serializers.Serializer):
@@ -15,6 +16,22 @@ class ToolCall(serializers.Serializer):
         validated = super().to_internal_value(data)
         # Passed on whole: the upstream may know members this gateway does not.
         return data if isinstance(data, dict) else validated
+
+    def quick_check(self):
+        """A call that is valid, checked without DRF's walk over its three fields (utils_app.speed.validation): that
+        walk cost some 60 µs a call, so a body of many small calls (a Gemini functionCall part is 40 bytes) cost
+        six times a plain one of its size. Anything the fields' own quick checks cannot vouch for goes DRF's way."""
+        if type(self) is not ToolCall or self.validators:
+            return None
+        check_id, check_type = quick_check(self.fields["id"]), quick_check(self.fields["type"])
+
+        def check(data):
+            if type(data) is not dict or type(data.get("function")) is not dict or "id" not in data or "type" not in data:
+                raise Unsure
+            check_id(data["id"])
+            check_type(data["type"])
+            return data
+        return check
 
 
 class Tool(serializers.Serializer):

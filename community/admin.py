@@ -1,10 +1,11 @@
 from django.contrib import admin
 
 from community.models import Guild
+from utils_app.admin import EditableListAdmin
 
 
 @admin.register(Guild)
-class GuildAdmin(admin.ModelAdmin):
+class GuildAdmin(EditableListAdmin):
     list_display = ("name", "invite_code", "position", "listed", "updated_at")
     list_editable = ("position", "listed")
     list_filter = ("listed",)

@@ -108,6 +108,19 @@ def test_a_list_save_naming_no_guild_is_an_error_on_the_page_not_a_500(admin_cli
     assert Guild.objects.get() == guild and guild.position == 3
 
 
+@pytest.mark.parametrize("path", ["/admin/community/guild/", "/admin/utils_app/fact/"])
+@pytest.mark.parametrize("row_id", [str(2**70), str(-(2**70)), str(2**63)])
+def test_a_list_save_naming_a_row_past_a_bigint_is_sent_back_to_reload_not_a_500(admin_client, path, row_id):
+    guild = Guild.objects.create(name="Gateway Hall", invite_code="gateway", position=3)
+    response = admin_client.post(path, {
+        "form-TOTAL_FORMS": "1", "form-INITIAL_FORMS": "1", "form-MIN_NUM_FORMS": "0", "form-MAX_NUM_FORMS": "1000",
+        "form-0-id": row_id, "form-0-position": "1", "form-0-listed": "on", "form-0-enabled": "on", "_save": "Save"})
+    assert response.status_code == 302 and response["Location"] == path
+    followed = admin_client.get(path)
+    assert "reload it" in " ".join(str(message) for message in followed.context["messages"])
+    assert Guild.objects.get() == guild and guild.position == 3
+
+
 def test_the_list_saves_a_guilds_position_and_keeps_its_invite(admin_client):
     guild = Guild.objects.create(name="Gateway Hall", invite_code="gateway", position=3)
     response = admin_client.post("/admin/community/guild/", {

@@ -6,11 +6,13 @@ from django.http import HttpResponseRedirect
 from utils_app.models import Fact
 
 _ROW_ID_NAME = re.compile(r"form-[0-9]+-id")
-_NUMBER = re.compile(r"\s*[-+]?[0-9]+\s*")
+_NUMBER = re.compile(r"\s*[-+]?0*([0-9]+)\s*")
 
 
 def _past_a_bigint(value: str) -> bool:
-    return bool(_NUMBER.fullmatch(value)) and abs(int(value)) >= 2**63
+    # By its digits first: int() refuses a text of more than 4,300 of them (a ValueError, so a 500 here).
+    found = _NUMBER.fullmatch(value)
+    return found is not None and (len(found[1]) > 19 or int(found[1]) >= 2**63)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

@@ -109,7 +109,7 @@ def test_a_list_save_naming_no_guild_is_an_error_on_the_page_not_a_500(admin_cli
 
 
 @pytest.mark.parametrize("path", ["/admin/community/guild/", "/admin/utils_app/fact/"])
-@pytest.mark.parametrize("row_id", [str(2**70), str(-(2**70)), str(2**63)])
+@pytest.mark.parametrize("row_id", [str(2**70), str(-(2**70)), str(2**63), "9" * 5000, " +" + "0" * 30 + "9" * 20])
 def test_a_list_save_naming_a_row_past_a_bigint_is_sent_back_to_reload_not_a_500(admin_client, path, row_id):
     guild = Guild.objects.create(name="Gateway Hall", invite_code="gateway", position=3)
     response = admin_client.post(path, {

@@ -175,12 +175,11 @@ class GeminiMethodView(GeminiViewMixin, MeteredView):
 
     def validate(self, body: dict) -> tuple[dict, set]:
         self.gemini_body = body  # passed through as it is to a gemini deployment
+        check_alt(self.request)
         if self.method in EMBED_METHODS:
-            check_alt(self.request)
             self.embed_request = embed_request(body, self.model_id, self.method)
             return EmbeddingsRequest.with_data(
                 embedding_params(self.embed_request, self.model_id)).validated()
-        check_alt(self.request)
         self.decoded = chat_request(body, self.model_id, stream=self.method == "streamGenerateContent")
         return super().validate(self.decoded.params)
 

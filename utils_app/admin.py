@@ -6,13 +6,14 @@ from django.http import HttpResponseRedirect
 from utils_app.models import Fact
 
 _ROW_ID_NAME = re.compile(r"form-[0-9]+-id")
-_NUMBER = re.compile(r"\s*[-+]?0*([0-9]+)\s*")
+_NUMBER = re.compile(r"\s*[-+]?([0-9]+)\s*")  # one way to match a text: no backtracking over its digits
 
 
 def _past_a_bigint(value: str) -> bool:
     # By its digits first: int() refuses a text of more than 4,300 of them (a ValueError, so a 500 here).
     found = _NUMBER.fullmatch(value)
-    return found is not None and (len(found[1]) > 19 or int(found[1]) >= 2**63)
+    digits = found[1].lstrip("0") if found else ""
+    return len(digits) > 19 or (digits != "" and int(digits) >= 2**63)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
